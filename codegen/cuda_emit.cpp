@@ -1,0 +1,397 @@
+#include "codegen/cuda_emit.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "dsl/error.hpp"
+
+namespace fj::codegen {
+
+namespace {
+
+using ir::Inst;
+using ir::Prim;
+using ir::Type;
+
+// An f64 literal that reads back to the same bits: %.17g for finite values, bit patterns otherwise.
+std::string lit(double v) {
+    if (std::isfinite(v)) {
+        std::string s = fmt::format("{:.17g}", v);
+        if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+        return s;
+    }
+    std::uint64_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    return fmt::format("__longlong_as_double(0x{:016x}LL)", bits);
+}
+
+// Comment text must not end the comment or the line.
+std::string comment_safe(std::string s) {
+    for (char& c : s)
+        if (c == '\n' || c == '\r') c = ' ';
+    for (std::size_t p; (p = s.find("*/")) != std::string::npos;) s.replace(p, 2, "* /");
+    return s;
+}
+
+[[noreturn]] void bad_ir(const ir::Kernel& k, std::size_t i, const std::string& what) {
+    throw BackendError(fmt::format("CUDA emitter: kernel {}: instruction {} ({}): {}", k.name, i,
+                                   ir::prim_name(k.body[i].op), what));
+}
+
+struct RingInfo {
+    int size = 1;
+    bool dynamic = false;  // read at a run-time lag
+    bool in_regs = false;  // shift register, indexed only by constants (dynamic reads become selects)
+};
+
+class Emitter {
+public:
+    Emitter(const ir::Kernel& k, const CudaEmitOptions& o) : k_(k), o_(o) {
+        U_ = std::clamp(o.unroll, 1, 16);
+        T_ = o.dtype == DType::F32 ? "float" : "double";
+        name_ = cuda_kernel_name(k);
+        check();
+    }
+
+    std::string run() {
+        header();
+        kernel();
+        return std::move(s_);
+    }
+
+private:
+    const ir::Kernel& k_;
+    const CudaEmitOptions& o_;
+    int U_ = 1;
+    const char* T_ = "float";
+    std::string name_;
+    std::string s_;
+    std::vector<RingInfo> rings_;
+    std::set<std::pair<int, int>> loads_;  // (input slot, lag) pairs read by the body
+
+    template <class... A>
+    void line(int indent, fmt::format_string<A...> f, A&&... a) {
+        s_.append(static_cast<std::size_t>(indent) * 2, ' ');
+        s_ += fmt::format(f, std::forward<A>(a)...);
+        s_ += '\n';
+    }
+
+    // Operand checks: indices point backwards (SSA) at values of the expected type.
+    void operand(std::size_t i, std::int32_t x, Type want) const {
+        if (x < 0 || static_cast<std::size_t>(x) >= i) bad_ir(k_, i, fmt::format("operand {} out of range", x));
+        if (k_.body[x].type != want)
+            bad_ir(k_, i, fmt::format("operand {} has the wrong type", x));
+    }
+
+    void check() {
+        rings_.resize(k_.rings.size());
+        for (std::size_t r = 0; r < k_.rings.size(); ++r) {
+            if (k_.rings[r].size < 1) throw BackendError(fmt::format("CUDA emitter: kernel {}: ring {} size {}", k_.name, r, k_.rings[r].size));
+            rings_[r].size = k_.rings[r].size;
+        }
+        auto slot = [&](std::size_t i, std::size_t n, const char* what) {
+            const Inst& in = k_.body[i];
+            if (in.slot < 0 || static_cast<std::size_t>(in.slot) >= n)
+                bad_ir(k_, i, fmt::format("{} slot {} out of range", what, in.slot));
+        };
+        for (std::size_t i = 0; i < k_.body.size(); ++i) {
+            const Inst& in = k_.body[i];
+            switch (in.op) {
+            case Prim::Const:
+            case Prim::RowIndex:
+                break;
+            case Prim::Input:
+                slot(i, k_.inputs.size(), "input");
+                if (in.lag < 0) bad_ir(k_, i, "negative lag");
+                loads_.insert({in.slot, in.lag});
+                break;
+            case Prim::RowInPass:
+                if (in.lag < 0) bad_ir(k_, i, "negative lag");
+                break;
+            case Prim::LoadState:
+                slot(i, k_.states.size(), "state");
+                break;
+            case Prim::StoreState:
+                slot(i, k_.states.size(), "state");
+                operand(i, in.a, Type::F64);
+                break;
+            case Prim::RingRead:
+                slot(i, k_.rings.size(), "ring");
+                if (in.lag < 0 || in.lag >= rings_[in.slot].size) bad_ir(k_, i, "lag outside the ring");
+                break;
+            case Prim::RingPush:
+                slot(i, k_.rings.size(), "ring");
+                operand(i, in.a, Type::F64);
+                break;
+            case Prim::Output:
+                slot(i, k_.outputs.size(), "output");
+                operand(i, in.a, Type::F64);
+                break;
+            case Prim::RingReadDyn:
+                slot(i, k_.rings.size(), "ring");
+                operand(i, in.a, Type::F64);
+                rings_[in.slot].dynamic = true;
+                break;
+            case Prim::RingArgExt:
+                slot(i, k_.rings.size(), "ring");
+                operand(i, in.a, Type::Bool);
+                if (in.lag < 1 || in.lag > rings_[in.slot].size) bad_ir(k_, i, "scan length outside the ring");
+                break;
+            case Prim::Add: case Prim::Sub: case Prim::Mul: case Prim::Div: case Prim::Pow:
+            case Prim::CmpLT: case Prim::CmpLE: case Prim::CmpGT: case Prim::CmpGE: case Prim::CmpEQ:
+            case Prim::CmpONE: case Prim::CmpUNE:
+                operand(i, in.a, Type::F64);
+                operand(i, in.b, Type::F64);
+                break;
+            case Prim::Neg: case Prim::Abs: case Prim::Sqrt: case Prim::Exp: case Prim::Log:
+            case Prim::Floor: case Prim::IsNaN:
+                operand(i, in.a, Type::F64);
+                break;
+            case Prim::And: case Prim::Or:
+                operand(i, in.a, Type::Bool);
+                operand(i, in.b, Type::Bool);
+                break;
+            case Prim::Not: case Prim::BoolToF64:
+                operand(i, in.a, Type::Bool);
+                break;
+            case Prim::Select:
+                operand(i, in.a, Type::Bool);
+                operand(i, in.b, in.type);
+                operand(i, in.c, in.type);
+                break;
+            }
+        }
+        for (RingInfo& r : rings_) r.in_regs = r.size <= o_.reg_ring_max;
+    }
+
+    void header() {
+        line(0, "// Generated by factorjit (CUDA codegen v{}): {}, {}, halo {}, {} row(s) per load batch.",
+             kCudaCodegenVersion, name_, dtype_name(o_.dtype), k_.halo, U_);
+        for (std::size_t i = 0; i < k_.inputs.size(); ++i)
+            line(0, "//   in{} = {}", i, comment_safe(k_.inputs[i]));
+        for (std::size_t i = 0; i < k_.outputs.size(); ++i)
+            line(0, "//   out{} = {}", i, comment_safe(k_.outputs[i]));
+        line(0, "#define FJ_NAN __longlong_as_double(0x7ff8000000000000LL)");
+        line(0, "struct fj_params_{} {{", name_);
+        for (std::size_t i = 0; i < k_.inputs.size(); ++i) line(1, "const {}* in{};", T_, i);
+        for (std::size_t i = 0; i < k_.inputs.size(); ++i) line(1, "long long in_ld{};", i);
+        for (std::size_t i = 0; i < k_.outputs.size(); ++i) line(1, "{}* out{};", T_, i);
+        for (std::size_t i = 0; i < k_.outputs.size(); ++i) line(1, "long long out_ld{};", i);
+        line(1, "long long rows, cols, tile_rows, ntiles;");
+        line(0, "}};");
+    }
+
+    void kernel() {
+        const int halo = std::max(0, k_.halo);
+        line(0, "extern \"C\" __global__ void {}(const fj_params_{} p) {{", name_, name_);
+        line(1, "const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;");
+        line(1, "if (j >= p.cols) return;");
+        for (std::size_t i = 0; i < k_.inputs.size(); ++i) line(1, "const long long ld_in{} = p.in_ld{};", i, i);
+        for (std::size_t i = 0; i < k_.outputs.size(); ++i) line(1, "const long long ld_out{} = p.out_ld{};", i, i);
+        line(1, "for (long long tile = blockIdx.y; tile < p.ntiles; tile += gridDim.y) {{");
+        line(2, "const long long out_begin = tile * p.tile_rows;");
+        line(2, "const long long row_end = out_begin + p.tile_rows < p.rows ? out_begin + p.tile_rows : p.rows;");
+        line(2, "const long long row_begin = out_begin > {} ? out_begin - {} : 0;", halo, halo);
+        for (std::size_t s = 0; s < k_.states.size(); ++s)
+            line(2, "double s{} = {};  // {}", s, lit(k_.states[s].init), comment_safe(k_.states[s].what));
+        for (std::size_t r = 0; r < rings_.size(); ++r) {
+            const RingInfo& ri = rings_[r];
+            line(2, "double r{}[{}];  // {}{}", r, ri.size, comment_safe(k_.rings[r].what),
+                 ri.in_regs ? " (shift register)" : " (circular, position rp)");
+            line(2, "#pragma unroll");
+            line(2, "for (int q = 0; q < {}; ++q) r{}[q] = FJ_NAN;", ri.size, r);
+            if (!ri.in_regs) line(2, "int rp{} = {};", r, ri.size - 1);
+        }
+        for (std::size_t i = 0; i < k_.inputs.size(); ++i)
+            line(2, "const {}* __restrict__ in{} = p.in{} + row_begin * ld_in{} + j;", T_, i, i, i);
+        for (std::size_t i = 0; i < k_.outputs.size(); ++i)
+            line(2, "{}* __restrict__ out{} = p.out{} + row_begin * ld_out{} + j;", T_, i, i, i);
+        line(2, "long long t = row_begin;");
+        if (U_ > 1) {
+            line(2, "#pragma unroll 1");
+            line(2, "for (; t + {} <= row_end; t += {}) {{", U_, U_);
+            loads(3, U_);
+            for (int u = 0; u < U_; ++u) step(3, u);
+            advance(3, U_);
+            line(2, "}}");
+        }
+        line(2, "#pragma unroll 1");
+        line(2, "for (; t < row_end; ++t) {{");
+        loads(3, 1);
+        step(3, 0);
+        advance(3, 1);
+        line(2, "}}");
+        line(1, "}}");
+        line(0, "}}");
+    }
+
+    // Loads of the rows a batch reads, in the panel's type (a float32 value takes one register until it
+    // is used). One load per distinct (input, row offset): delay(A, 1) next to A shares the loads.
+    static std::string load_name(int slot, int off) {
+        return off >= 0 ? fmt::format("x{}_{}", slot, off) : fmt::format("x{}_m{}", slot, -off);
+    }
+    void loads(int ind, int rows) {
+        std::set<std::pair<int, int>> done;
+        for (int u = 0; u < rows; ++u)
+            for (const auto& [slot, lag] : loads_) {
+                const int off = u - lag;
+                if (!done.insert({slot, off}).second) continue;
+                const std::string addr = off == 0 ? fmt::format("in{}[0]", slot)
+                                                  : fmt::format("in{}[{}LL * ld_in{}]", slot, off, slot);
+                if (off >= 0)
+                    line(ind, "const {} {} = {};", T_, load_name(slot, off), addr);
+                else  // rows before the panel's first read as NaN (the pointer is never dereferenced there)
+                    line(ind, "const {} {} = t >= {} ? {} : ({})FJ_NAN;", T_, load_name(slot, off), -off, addr, T_);
+            }
+    }
+
+    void advance(int ind, int rows) {
+        for (std::size_t i = 0; i < k_.inputs.size(); ++i) line(ind, "in{} += {}LL * ld_in{};", i, rows, i);
+        for (std::size_t i = 0; i < k_.outputs.size(); ++i) line(ind, "out{} += {}LL * ld_out{};", i, rows, i);
+    }
+
+    std::string row(int u) const { return u == 0 ? "t" : fmt::format("(t + {})", u); }
+
+    // Entry of ring r at a constant lag.
+    std::string ring_at(int r, int lag) const {
+        const RingInfo& ri = rings_[r];
+        if (ri.in_regs) return fmt::format("r{}[{}]", r, lag);
+        if (lag == 0) return fmt::format("r{}[rp{}]", r, r);
+        return fmt::format("r{}[rp{} >= {} ? rp{} - {} : rp{} + {}]", r, r, lag, r, lag, r, ri.size - lag);
+    }
+
+    // One row of the body: rings advance, then the instructions top to bottom.
+    void step(int ind, int u) {
+        line(ind, "{{  // row {}", row(u));
+        const int in = ind + 1;
+        for (std::size_t r = 0; r < rings_.size(); ++r) {
+            const RingInfo& ri = rings_[r];
+            if (ri.size == 1) continue;
+            if (ri.in_regs) {
+                line(in, "#pragma unroll");
+                line(in, "for (int q = {}; q > 0; --q) r{}[q] = r{}[q - 1];", ri.size - 1, r, r);
+            } else {
+                line(in, "rp{} = rp{} == {} ? 0 : rp{} + 1;", r, r, ri.size - 1, r);
+            }
+        }
+        for (std::size_t i = 0; i < k_.body.size(); ++i) inst(in, u, i);
+        line(ind, "}}");
+    }
+
+    void inst(int ind, int u, std::size_t i) {
+        const Inst& x = k_.body[i];
+        const char* ty = x.type == Type::Bool ? "bool" : "double";
+        auto v = [](std::int32_t n) { return fmt::format("v{}", n); };
+        auto def = [&](const std::string& expr) { line(ind, "const {} v{} = {};", ty, i, expr); };
+        switch (x.op) {
+        case Prim::Const: def(lit(x.imm)); break;
+        case Prim::Input: def(fmt::format("(double){}", load_name(x.slot, u - x.lag))); break;
+        case Prim::RowIndex: def(fmt::format("(double){}", row(u))); break;
+        case Prim::RowInPass: def(fmt::format("{} - {} >= row_begin", row(u), x.lag)); break;
+        case Prim::LoadState: def(fmt::format("s{}", x.slot)); break;
+        case Prim::RingRead: def(ring_at(x.slot, x.lag)); break;
+        case Prim::StoreState: line(ind, "s{} = {};", x.slot, v(x.a)); break;
+        case Prim::RingPush: line(ind, "{} = {};", ring_at(x.slot, 0), v(x.a)); break;
+        case Prim::Output:
+            line(ind, "if ({} >= out_begin) out{}[{}] = ({}){};", row(u), x.slot,
+                 u == 0 ? std::string("0") : fmt::format("{}LL * ld_out{}", u, x.slot), T_, v(x.a));
+            break;
+        case Prim::RingReadDyn: {
+            // A lag outside [0, size) (NaN included: the lanes whose RingArgExt found nothing) reads NaN.
+            const int S = rings_[x.slot].size;
+            line(ind, "double v{} = FJ_NAN;", i);
+            line(ind, "if ({} >= 0.0 && {} < {}.0) {{", v(x.a), v(x.a), S);
+            if (rings_[x.slot].in_regs) {
+                // Constant indices only, so the ring stays in registers: a select per entry.
+                line(ind + 1, "const int k = (int){};", v(x.a));
+                line(ind + 1, "#pragma unroll");
+                line(ind + 1, "for (int q = 0; q < {}; ++q) if (q == k) v{} = r{}[q];", S, i, x.slot);
+            } else {
+                line(ind + 1, "int q = rp{} - (int){};", x.slot, v(x.a));
+                line(ind + 1, "q += q < 0 ? {} : 0;", S);
+                line(ind + 1, "v{} = r{}[q];", i, x.slot);
+            }
+            line(ind, "}}");
+            break;
+        }
+        case Prim::RingArgExt: {
+            // Newest extreme: scanning from lag 0 upwards, only a strictly better entry replaces the best.
+            const RingInfo& ri = rings_[x.slot];
+            const char* better = x.imm != 0 ? ">" : "<";
+            line(ind, "double v{} = FJ_NAN;", i);
+            line(ind, "if ({}) {{", v(x.a));
+            line(ind + 1, "double best = FJ_NAN;");
+            line(ind + 1, "int at = -1;");
+            if (ri.in_regs) {
+                line(ind + 1, "#pragma unroll");
+                line(ind + 1, "for (int q = 0; q < {}; ++q) {{", x.lag);
+                line(ind + 2, "const double e = r{}[q];", x.slot);
+                line(ind + 2, "if (e == e && (at < 0 || e {} best)) {{ best = e; at = q; }}", better);
+            } else {
+                line(ind + 1, "int q = rp{};", x.slot);
+                line(ind + 1, "for (int l = 0; l < {}; ++l) {{", x.lag);
+                line(ind + 2, "const double e = r{}[q];", x.slot);
+                line(ind + 2, "if (e == e && (at < 0 || e {} best)) {{ best = e; at = l; }}", better);
+                line(ind + 2, "q = q == 0 ? {} : q - 1;", ri.size - 1);
+            }
+            line(ind + 1, "}}");
+            line(ind + 1, "if (at >= 0) v{} = (double)at;", i);
+            line(ind, "}}");
+            break;
+        }
+        case Prim::Add: def(fmt::format("{} + {}", v(x.a), v(x.b))); break;
+        case Prim::Sub: def(fmt::format("{} - {}", v(x.a), v(x.b))); break;
+        case Prim::Mul: def(fmt::format("{} * {}", v(x.a), v(x.b))); break;
+        case Prim::Div: def(fmt::format("{} / {}", v(x.a), v(x.b))); break;
+        case Prim::Neg: def(fmt::format("-{}", v(x.a))); break;
+        case Prim::Abs: def(fmt::format("fabs({})", v(x.a))); break;
+        case Prim::Sqrt: def(fmt::format("sqrt({})", v(x.a))); break;
+        case Prim::Exp: def(fmt::format("exp({})", v(x.a))); break;
+        case Prim::Log: def(fmt::format("log({})", v(x.a))); break;
+        case Prim::Pow: def(fmt::format("pow({}, {})", v(x.a), v(x.b))); break;
+        case Prim::Floor: def(fmt::format("floor({})", v(x.a))); break;
+        case Prim::CmpLT: def(fmt::format("{} < {}", v(x.a), v(x.b))); break;
+        case Prim::CmpLE: def(fmt::format("{} <= {}", v(x.a), v(x.b))); break;
+        case Prim::CmpGT: def(fmt::format("{} > {}", v(x.a), v(x.b))); break;
+        case Prim::CmpGE: def(fmt::format("{} >= {}", v(x.a), v(x.b))); break;
+        case Prim::CmpEQ: def(fmt::format("{} == {}", v(x.a), v(x.b))); break;
+        case Prim::CmpONE: def(fmt::format("{} < {} || {} > {}", v(x.a), v(x.b), v(x.a), v(x.b))); break;
+        case Prim::CmpUNE: def(fmt::format("!({} == {})", v(x.a), v(x.b))); break;
+        case Prim::IsNaN: def(fmt::format("{} != {}", v(x.a), v(x.a))); break;
+        case Prim::And: def(fmt::format("{} && {}", v(x.a), v(x.b))); break;
+        case Prim::Or: def(fmt::format("{} || {}", v(x.a), v(x.b))); break;
+        case Prim::Not: def(fmt::format("!{}", v(x.a))); break;
+        case Prim::Select: def(fmt::format("{} ? {} : {}", v(x.a), v(x.b), v(x.c))); break;
+        case Prim::BoolToF64: def(fmt::format("{} ? 1.0 : 0.0", v(x.a))); break;
+        }
+    }
+};
+
+}  // namespace
+
+std::string cuda_kernel_name(const ir::Kernel& kernel) {
+    std::string n;
+    for (char c : kernel.name) {
+        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+        n += ok ? c : '_';
+    }
+    if (n.empty() || (n[0] >= '0' && n[0] <= '9') || n.rfind("fj", 0) != 0) n = "fj_" + n;
+    if (n.size() > 120) n.resize(120);
+    return n;
+}
+
+std::string emit_cuda(const ir::Kernel& kernel, const CudaEmitOptions& options) {
+    return Emitter(kernel, options).run();
+}
+
+std::vector<std::string> cuda_compile_options(const std::string& arch, bool fmad) {
+    // No --use_fast_math: IEEE division and square root, denormals kept (compensated sums need them).
+    return {"--gpu-architecture=" + arch, "-default-device", "--std=c++17", fmad ? "--fmad=true" : "--fmad=false"};
+}
+
+}  // namespace fj::codegen

@@ -1,0 +1,63 @@
+// Kernel IR -> CUDA C++ source for NVRTC.
+//
+// One ir::Kernel becomes one `extern "C" __global__` function named after kernel.name (made a valid
+// identifier). The source has no #include and needs no header: NVRTC's built-in math (sqrt, exp, log,
+// pow, floor, fabs) is all it calls. Compile it without fast-math (IEEE division, square root,
+// denormals); cuda_compile_options() gives the options the cache key is built from.
+//
+// Shape (DESIGN.md): thread j of the grid's x dimension owns column j (adjacent threads, adjacent columns:
+// every row read is coalesced); blockIdx.y, striding by gridDim.y, picks time tiles. A tile owns the
+// output rows [out_begin, out_begin + tile_rows) and runs the kernel's body from
+// row_begin = max(0, out_begin - halo) to row_end = min(rows, out_begin + tile_rows), so the first
+// rows only warm the states up (the IR's Output stores nothing before out_begin). States are local
+// doubles; rings are local double arrays with a position counter, except small ones (reg_ring_max),
+// which become shift registers indexed only by constants so that they stay in registers (a read at a
+// run-time lag is then a select per entry). Indexing is 64-bit throughout.
+//
+// Rows run `unroll` at a time: the input values of those rows (every (input, lag) pair the body reads)
+// are loaded first, then the body runs once per row. That keeps several independent loads in flight per
+// thread, which a memory-bound scan needs to reach the bandwidth floor; a remainder loop runs the rest.
+//
+// Parameter ABI: the kernel takes ONE parameter, a struct of 8-byte words in this order
+//     in[0..ni)    : const T*   input panels, kernel.inputs order (T = float or double)
+//     in_ld[0..ni) : long long  their leading dimensions (elements)
+//     out[0..no)   : T*         output panels, kernel.outputs order
+//     out_ld[0..no): long long
+//     rows, cols, tile_rows, ntiles : long long
+// so the host fills a uint64_t array of cuda_param_words() words and passes its address.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "codegen/kernel_ir.hpp"
+#include "runtime/panel.hpp"
+
+namespace fj::codegen {
+
+// Bump whenever the generated code changes for the same IR: it is part of every cache key.
+inline constexpr int kCudaCodegenVersion = 1;
+
+struct CudaEmitOptions {
+    DType dtype = DType::F32;
+    int unroll = 4;          // rows whose loads are issued together (1 .. 16)
+    int reg_ring_max = 16;   // rings up to this size live in registers (shift registers)
+};
+
+// A valid C identifier from kernel.name ("fj_" prefixed when needed, at most 120 characters).
+std::string cuda_kernel_name(const ir::Kernel& kernel);
+
+// The whole translation unit for NVRTC. Throws fj::BackendError for IR it cannot emit (a malformed
+// operand index, a type mismatch): the IR verifier should have caught those first.
+std::string emit_cuda(const ir::Kernel& kernel, const CudaEmitOptions& options);
+
+// Words in the parameter block of `kernel` (see the ABI above).
+inline int cuda_param_words(const ir::Kernel& kernel) {
+    return 2 * static_cast<int>(kernel.inputs.size()) + 2 * static_cast<int>(kernel.outputs.size()) + 4;
+}
+
+// NVRTC options for an arch ("sm_90"); `fmad` allows fused multiply-add contraction.
+std::vector<std::string> cuda_compile_options(const std::string& arch, bool fmad);
+
+}  // namespace fj::codegen

@@ -1,0 +1,100 @@
+// The kernel IR: what a fused time-series region computes, shared by every backend.
+//
+// A kernel is a straight-line program run once per row, in time order, by a lane that owns one column
+// (a CUDA thread; a SIMD lane on the CPU). Values are float64 (or booleans). Operators never appear
+// here: codegen/lower_ops.cpp turns each operator into these primitives (its state update included),
+// so a backend implements the primitives once and every operator, present and future, follows.
+//
+// One execution ("pass") of a kernel covers the rows [row_begin, row_end) of a set of columns:
+//   * every state slot starts at its `init` value and every ring starts empty (all entries NaN);
+//   * for each row t in order, the body runs top to bottom;
+//   * Output stores its value only for rows t >= out_begin: the rows before it (at most `halo` of them)
+//     only warm up the states, so that tiles over time can run independently.
+// Inputs are read at any row t - lag (lag >= 0), with NaN for t - lag < 0: windows re-read the value that
+// leaves them (from cache) instead of keeping it. Rings keep values that cannot be re-read (a window
+// over a windowed result, a delay of one).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fj::ir {
+
+enum class Type : std::uint8_t { F64, Bool, Void };
+
+#define FJ_PRIMS(X)                                                                                       \
+    /* leaves */                                                                                          \
+    X(Const)        /* F64: imm */                                                                        \
+    X(Input)        /* F64: input #slot at row t-lag, converted to f64; NaN if t-lag < 0 */               \
+    X(RowIndex)     /* F64: t */                                                                          \
+    X(RowInPass)    /* Bool: t-lag >= row_begin (row t-lag was run by this pass) */                       \
+    X(LoadState)    /* F64: state #slot */                                                                \
+    X(RingRead)     /* F64: ring #slot at lag (0 = this row, after its push); NaN if not pushed */        \
+    /* effects */                                                                                         \
+    X(StoreState)   /* state #slot := a */                                                                \
+    X(RingPush)     /* ring #slot: this row's value := a (once per row, before reads of this row) */      \
+    X(Output)       /* output #slot := a, stored (as the panel dtype) only when t >= out_begin */         \
+    /* rings scanned */                                                                                   \
+    X(RingReadDyn)  /* F64: ring #slot at lag a (an integral f64 in [0, size)); NaN if a is NaN or */     \
+                    /* that row was not pushed. Must never read out of bounds, whatever a holds. */       \
+    X(RingArgExt)   /* F64: for lanes where Bool a holds: the smallest lag in [0, lag) whose entry is */  \
+                    /* the minimum (imm 0) or maximum (imm 1) of the non-NaN entries, i.e. the newest */  \
+                    /* extreme; NaN if none. Lanes where a is false: NaN. Costs O(lag) when any lane */   \
+                    /* needs it, nothing otherwise. */                                                    \
+    /* arithmetic, IEEE-754 double, no fast-math */                                                       \
+    X(Add) X(Sub) X(Mul) X(Div) X(Neg) X(Abs) X(Sqrt) X(Exp) X(Log) X(Pow)                                \
+    X(Floor)                                                                                              \
+    /* comparisons -> Bool; ordered (false when either is NaN) except CmpUNE (true when either is NaN) */ \
+    X(CmpLT) X(CmpLE) X(CmpGT) X(CmpGE) X(CmpEQ) X(CmpONE) X(CmpUNE)                                      \
+    X(IsNaN)                                                                                              \
+    /* Bool logic */                                                                                      \
+    X(And) X(Or) X(Not)                                                                                   \
+    /* a ? b : c (b, c both F64 or both Bool), Bool -> 1.0 / 0.0 */                                       \
+    X(Select) X(BoolToF64)
+
+enum class Prim : std::uint8_t {
+#define FJ_PRIM_ENUM(p) p,
+    FJ_PRIMS(FJ_PRIM_ENUM)
+#undef FJ_PRIM_ENUM
+};
+
+const char* prim_name(Prim p);
+
+// An instruction's result is named by its index in Kernel::body (SSA). Operands a, b, c are indices.
+struct Inst {
+    Prim op;
+    Type type = Type::F64;
+    std::int32_t a = -1, b = -1, c = -1;
+    std::int32_t slot = -1;  // input, output, state or ring number
+    std::int32_t lag = 0;    // Input, RowInPass, RingRead; RingArgExt: the scanned length
+    double imm = 0;          // Const; RingArgExt: 0 min, 1 max
+};
+
+struct StateSlot {
+    double init = 0;
+    std::string what;  // for dumps: "n window(A,20)"
+};
+
+struct Ring {
+    std::int32_t size = 1;  // entries kept: the largest lag read + 1
+    std::string what;
+};
+
+struct Kernel {
+    std::string name;                 // readable, e.g. "fj_corr_A_B_w20"
+    std::vector<std::string> inputs;  // panel names, in slot order
+    std::vector<std::string> outputs;
+    std::vector<StateSlot> states;
+    std::vector<Ring> rings;
+    std::vector<Inst> body;
+    std::int32_t halo = 0;            // warm-up rows a tile needs before its first output row
+    std::int32_t max_input_lag = 0;   // the largest lag of any Input
+
+    // Structural hash of everything that affects generated code, the name included (it is the symbol).
+    std::uint64_t hash() const;
+    // Human-readable listing, one instruction a line.
+    std::string dump() const;
+};
+
+}  // namespace fj::ir

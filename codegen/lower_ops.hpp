@@ -1,0 +1,24 @@
+// Lowering of operators to kernel-IR primitives: the one place that says what each operator computes
+// per row and how its state is updated. Every backend emits from the result.
+#pragma once
+
+#include <vector>
+
+#include "codegen/kernel_ir.hpp"
+#include "dsl/expr.hpp"
+
+namespace fj::codegen {
+
+// Appends to `kernel` the instructions computing `roots[i]` into output slot i. kernel.inputs must
+// already list every input the roots read; states, rings, halo and max_input_lag are filled in.
+void lower_region(const std::vector<const Node*>& roots, ir::Kernel& kernel);
+
+// Rows of warm-up a node needs before its value is exact (Halide-style bounds inference):
+// window(x, d) adds d - 1 to x's, delay(x, k) adds k unless x can be re-read at any lag.
+int halo_of(const Node* node);
+
+// True when a node's value at row t - k can be recomputed from the inputs at row t - k (element-wise
+// functions of inputs, constants and delays of such): no state, no ring needed for its history.
+bool is_pointwise(const Node* node);
+
+}  // namespace fj::codegen

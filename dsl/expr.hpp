@@ -1,0 +1,108 @@
+// fj::Expr: a factor expression, built by operator overloading or by fj::parse.
+//
+// Expressions are hash-consed: building the same subtree twice yields the same node, so programs
+// share work without a separate CSE pass and node identity is expression identity. Nodes are
+// immutable and live for the rest of the process (they are small; a research session builds at most
+// a few hundred thousand). Every builder validates its arguments and throws fj::ExprError naming the
+// operator and the argument.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dsl/error.hpp"
+#include "dsl/op.hpp"
+
+namespace fj {
+
+struct Node {
+    Op op;
+    std::vector<const Node*> args;
+    double value = 0;      // Const
+    std::string name;      // Input
+    int d = 0;             // window length (windows) or lag (delay)
+    int min_periods = 0;   // windows: fewer valid values than this give NaN
+    std::uint64_t hash = 0;
+    std::uint32_t id = 0;  // creation order; stable for a given build order within a process
+};
+
+class Expr {
+public:
+    Expr() = default;
+    Expr(double constant);  // NOLINT: scalars broadcast, so 2 * x reads naturally
+    explicit Expr(const Node* node) : node_(node) {}
+
+    const Node* node() const { return node_; }
+    Op op() const { return node_->op; }
+    bool valid() const { return node_ != nullptr; }
+    // Structural identity (hash-consing makes it pointer identity). operator== builds a comparison.
+    bool same(const Expr& other) const { return node_ == other.node_; }
+    std::string str() const;  // formula text that fj::parse reads back to the same node
+
+private:
+    const Node* node_ = nullptr;
+};
+
+// A trailing window of rows t-d+1..t; not an expression by itself, only the argument of a reducer.
+struct Window {
+    Expr x;
+    int d;
+    int min_periods;
+};
+
+Expr input(const std::string& name);
+Expr constant(double value);
+
+Window window(const Expr& x, int d, int min_periods = -1);  // min_periods -1: d
+
+// Element-wise.
+Expr operator-(const Expr& x);
+Expr operator!(const Expr& x);
+Expr operator+(const Expr& a, const Expr& b);
+Expr operator-(const Expr& a, const Expr& b);
+Expr operator*(const Expr& a, const Expr& b);
+Expr operator/(const Expr& a, const Expr& b);
+Expr operator<(const Expr& a, const Expr& b);
+Expr operator<=(const Expr& a, const Expr& b);
+Expr operator>(const Expr& a, const Expr& b);
+Expr operator>=(const Expr& a, const Expr& b);
+Expr operator==(const Expr& a, const Expr& b);
+Expr operator!=(const Expr& a, const Expr& b);
+Expr operator&&(const Expr& a, const Expr& b);
+Expr operator||(const Expr& a, const Expr& b);
+Expr abs(const Expr& x);
+Expr sign(const Expr& x);
+Expr sqrt(const Expr& x);
+Expr exp(const Expr& x);
+Expr log(const Expr& x);
+Expr pow(const Expr& x, const Expr& y);
+Expr signedpower(const Expr& x, const Expr& a);
+Expr min(const Expr& a, const Expr& b);
+Expr max(const Expr& a, const Expr& b);
+Expr where(const Expr& cond, const Expr& a, const Expr& b);
+
+// Time series.
+Expr delay(const Expr& x, int k);
+Expr delta(const Expr& x, int k);  // x - delay(x, k)
+Expr sum(const Window& w);
+Expr mean(const Window& w);
+Expr count(const Window& w);
+Expr var(const Window& w);
+Expr std(const Window& w);
+inline Expr stddev(const Window& w) { return std(w); }  // same; reads better after `using namespace fj`
+Expr min(const Window& w);
+Expr max(const Window& w);
+Expr corr(const Window& a, const Window& b);
+Expr cov(const Window& a, const Window& b);
+
+// Generic builder used by the parser: checks arity and parameters against the op table.
+Expr make(Op op, std::vector<Expr> args, int d = 0, int min_periods = -1);
+
+// Inputs named in the expression, in first-use order (depth first, left to right).
+std::vector<std::string> input_names(const std::vector<Expr>& exprs);
+
+// Nodes reachable from the roots, each once, every node after its arguments.
+std::vector<const Node*> topo_order(const std::vector<const Node*>& roots);
+
+}  // namespace fj

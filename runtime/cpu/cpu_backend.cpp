@@ -1,0 +1,124 @@
+// The CPU backend: kernels compiled by LLVM, run as tasks over column blocks x time tiles.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "runtime/backend.hpp"
+#include "runtime/cpu/llvm_emit.hpp"
+#include "runtime/cpu/llvm_jit.hpp"
+#include "runtime/thread_pool.hpp"
+
+namespace fj::rt {
+
+namespace {
+
+// Tile length over time. It must not depend on the thread count, so that results are bitwise the same
+// for any number of threads; long enough that the halo's re-computation stays a small share (<= 1/8),
+// short enough to bound the drift of running sums and to give threads enough tasks.
+std::int64_t auto_tile_rows(std::int64_t halo) { return std::max<std::int64_t>(2048, 8 * halo); }
+
+// Columns per task: a whole row of a block is one contiguous read; 1024 columns keep the states of a
+// task (a few hundred bytes a column) in L2.
+std::int64_t auto_block_cols(std::int64_t cols, int lanes) {
+    const std::int64_t block = std::min<std::int64_t>(cols, 1024);
+    return (block + lanes - 1) / lanes * lanes;
+}
+
+class CpuExecutable final : public Executable {
+public:
+    CpuExecutable(const codegen::Plan& plan, DType dtype, const CompileOptions& options)
+        : plan_(plan), dtype_(dtype), options_(options) {
+        auto& jit = cpu::LlvmJit::instance();
+        lanes_ = jit.lanes();
+        for (const codegen::Region& r : plan_.regions) {
+            cpu::CompiledKernel k = jit.get(r.kernel, dtype);
+            kernels_.push_back(k);
+        }
+    }
+
+    void run(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs) override {
+        const std::int64_t rows = inputs.empty() ? outputs.front().rows : inputs.front().rows;
+        const std::int64_t cols = inputs.empty() ? outputs.front().cols : inputs.front().cols;
+        if (rows == 0 || cols == 0) return;
+        ThreadPool& pool = ThreadPool::shared(thread_count(options_.threads));
+        for (std::size_t ri = 0; ri < plan_.regions.size(); ++ri) {
+            const ir::Kernel& k = plan_.regions[ri].kernel;
+            std::vector<const void*> in_ptr;
+            std::vector<std::int64_t> in_ld;
+            for (const std::string& name : k.inputs) {
+                auto at = std::find(plan_.inputs.begin(), plan_.inputs.end(), name) - plan_.inputs.begin();
+                in_ptr.push_back(inputs[at].data);
+                in_ld.push_back(inputs[at].ld);
+            }
+            std::vector<void*> out_ptr;
+            std::vector<std::int64_t> out_ld;
+            for (const std::string& name : k.outputs) {
+                auto at = std::find(plan_.outputs.begin(), plan_.outputs.end(), name) - plan_.outputs.begin();
+                out_ptr.push_back(outputs[at].data);
+                out_ld.push_back(outputs[at].ld);
+            }
+            const std::int64_t tile = options_.tile_rows > 0 ? options_.tile_rows : auto_tile_rows(k.halo);
+            const std::int64_t block =
+                options_.block_cols > 0 ? options_.block_cols : auto_block_cols(cols, lanes_);
+            const std::int64_t tiles = (rows + tile - 1) / tile, blocks = (cols + block - 1) / block;
+            const std::int64_t scratch = cpu::scratch_doubles(k, lanes_, block);
+            std::vector<std::vector<double>> scratch_of(pool.size());
+            const cpu::KernelFn fn = kernels_[ri].fn;
+            pool.parallel_for(tiles * blocks, [&](std::int64_t task, int worker) {
+                // Blocks vary fastest: neighbouring tasks share rows, which helps the shared cache.
+                const std::int64_t b = task % blocks, t = task / blocks;
+                std::vector<double>& buf = scratch_of[worker];
+                if (static_cast<std::int64_t>(buf.size()) < scratch) buf.resize(scratch);
+                cpu::KernelArgs a{};
+                a.inputs = in_ptr.data();
+                a.in_ld = in_ld.data();
+                a.outputs = out_ptr.data();
+                a.out_ld = out_ld.data();
+                a.col_begin = b * block;
+                a.col_end = std::min(cols, a.col_begin + block);
+                a.out_begin = t * tile;
+                a.row_begin = std::max<std::int64_t>(0, a.out_begin - k.halo);
+                a.row_end = std::min(rows, a.out_begin + tile);
+                a.scratch = buf.data();
+                fn(&a);
+            });
+        }
+    }
+
+    std::string explain() const override {
+        std::string out = fmt::format("backend cpu (LLVM ORC, {} lanes of float64, cpu {})\n", lanes_,
+                                      cpu::LlvmJit::instance().cpu_name());
+        for (std::size_t i = 0; i < kernels_.size(); ++i)
+            out += fmt::format("  kernel {}: {}\n", plan_.regions[i].kernel.name,
+                               kernels_[i].cache_hit ? std::string("cache hit")
+                                                     : fmt::format("compiled in {:.1f} ms", kernels_[i].compile_ms));
+        return out;
+    }
+
+private:
+    const codegen::Plan& plan_;
+    DType dtype_;
+    CompileOptions options_;
+    int lanes_ = 4;
+    std::vector<cpu::CompiledKernel> kernels_;
+};
+
+class CpuBackend final : public BackendImpl {
+public:
+    const char* name() const override { return "cpu"; }
+    std::unique_ptr<Executable> prepare(const codegen::Plan& plan, DType dtype, const CompileOptions& options) override {
+        return std::make_unique<CpuExecutable>(plan, dtype, options);
+    }
+};
+
+}  // namespace
+
+BackendImpl* cpu_backend() {
+    static CpuBackend backend;
+    return &backend;
+}
+
+}  // namespace fj::rt

@@ -1,0 +1,372 @@
+#include "runtime/cpu/llvm_emit.hpp"
+
+#include <limits>
+#include <vector>
+
+#include <fmt/format.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include "dsl/error.hpp"
+
+namespace fj::cpu {
+
+using ir::Prim;
+
+std::int64_t scratch_doubles(const ir::Kernel& kernel, int lanes, std::int64_t columns) {
+    std::int64_t per_group = static_cast<std::int64_t>(kernel.states.size());
+    for (const ir::Ring& r : kernel.rings) per_group += r.size;
+    const std::int64_t groups = (columns + lanes - 1) / lanes;
+    return per_group * lanes * groups;
+}
+
+namespace {
+
+// Loop order: rows outside, lane groups inside. Every row of a task is then one contiguous read per
+// input (the hardware prefetcher streams it), and the states of all groups, kept in scratch, stay in
+// L1/L2. Per group of `lanes` columns the scratch holds [states][ring 0 entries][ring 1 entries]...,
+// each entry one vector.
+class Emitter {
+public:
+    Emitter(const ir::Kernel& k, DType dtype, int lanes, llvm::LLVMContext& ctx)
+        : k_(k), dtype_(dtype), W_(lanes), ctx_(ctx), b_(ctx) {
+        mod_ = std::make_unique<llvm::Module>(k.name, ctx);
+        f64_ = b_.getDoubleTy();
+        i64_ = b_.getInt64Ty();
+        i1_ = b_.getInt1Ty();
+        ptr_ = b_.getPtrTy();
+        elem_ = dtype == DType::F32 ? b_.getFloatTy() : f64_;
+        vf_ = llvm::FixedVectorType::get(f64_, W_);
+        vb_ = llvm::FixedVectorType::get(i1_, W_);
+        ve_ = llvm::FixedVectorType::get(elem_, W_);
+        vi_ = llvm::FixedVectorType::get(i64_, W_);
+        std::int64_t off = static_cast<std::int64_t>(k.states.size());
+        for (const ir::Ring& r : k.rings) { ring_offset_.push_back(off); off += r.size; }
+        per_group_ = off * W_;
+    }
+
+    std::unique_ptr<llvm::Module> run() {
+        auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr_}, false);
+        fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, k_.name, mod_.get());
+        fn_->addFnAttr(llvm::Attribute::NoUnwind);
+        // Keep whole vectors in registers: without these x86 splits 512-bit vectors in two.
+        fn_->addFnAttr("min-legal-vector-width", std::to_string(W_ * 64));
+        fn_->addFnAttr("prefer-vector-width", std::to_string(W_ * 64));
+        b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
+        load_args();
+        init_scratch();
+        row_loop();
+        b_.CreateRetVoid();
+        std::string err;
+        llvm::raw_string_ostream os(err);
+        if (llvm::verifyModule(*mod_, &os))
+            throw BackendError(fmt::format("cpu codegen: invalid LLVM IR for kernel {}: {}", k_.name, os.str()));
+        return std::move(mod_);
+    }
+
+private:
+    // ---- helpers --------------------------------------------------------------------------------------
+    llvm::Value* field(int index) {  // KernelArgs is a sequence of 8-byte fields
+        llvm::Value* p = b_.CreateConstInBoundsGEP1_64(i64_, args_, index);
+        return b_.CreateLoad(i64_, p);
+    }
+    llvm::Value* field_ptr(int index) {
+        llvm::Value* p = b_.CreateConstInBoundsGEP1_64(i64_, args_, index);
+        return b_.CreateLoad(ptr_, p);
+    }
+    llvm::Constant* splat(double v) { return llvm::ConstantFP::get(vf_, v); }
+    llvm::Value* nan() { return splat(std::numeric_limits<double>::quiet_NaN()); }
+    llvm::Value* vec_at(llvm::Value* index_doubles) {  // address of the vector at scratch[group base + i]
+        return b_.CreateInBoundsGEP(f64_, group_base_, index_doubles);
+    }
+    llvm::Value* i64c(std::int64_t v) { return b_.getInt64(static_cast<std::uint64_t>(v)); }
+
+    struct Loop {
+        llvm::BasicBlock *header, *body, *exit;
+        llvm::PHINode* iv;
+    };
+    Loop begin_loop(llvm::Value* start, llvm::Value* end, const char* name) {
+        Loop l;
+        llvm::BasicBlock* pre = b_.GetInsertBlock();
+        l.header = llvm::BasicBlock::Create(ctx_, std::string(name) + ".head", fn_);
+        l.body = llvm::BasicBlock::Create(ctx_, std::string(name) + ".body", fn_);
+        l.exit = llvm::BasicBlock::Create(ctx_, std::string(name) + ".exit", fn_);
+        b_.CreateBr(l.header);
+        b_.SetInsertPoint(l.header);
+        l.iv = b_.CreatePHI(i64_, 2, name);
+        l.iv->addIncoming(start, pre);
+        b_.CreateCondBr(b_.CreateICmpSLT(l.iv, end), l.body, l.exit);
+        b_.SetInsertPoint(l.body);
+        return l;
+    }
+    void end_loop(Loop& l, std::int64_t step = 1) {
+        llvm::Value* next = b_.CreateAdd(l.iv, i64c(step));
+        l.iv->addIncoming(next, b_.GetInsertBlock());
+        b_.CreateBr(l.header);
+        b_.SetInsertPoint(l.exit);
+    }
+
+    // ---- structure ------------------------------------------------------------------------------------
+    void load_args() {
+        args_ = fn_->getArg(0);
+        inputs_ = field_ptr(0);
+        in_ld_ = field_ptr(1);
+        outputs_ = field_ptr(2);
+        out_ld_ = field_ptr(3);
+        col_begin_ = field(4);
+        col_end_ = field(5);
+        row_begin_ = field(6);
+        out_begin_ = field(7);
+        row_end_ = field(8);
+        scratch_ = field_ptr(9);
+        for (std::size_t i = 0; i < k_.inputs.size(); ++i) {
+            in_ptr_.push_back(b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, inputs_, i)));
+            in_ld_v_.push_back(b_.CreateLoad(i64_, b_.CreateConstInBoundsGEP1_64(i64_, in_ld_, i)));
+        }
+        for (std::size_t o = 0; o < k_.outputs.size(); ++o) {
+            out_ptr_.push_back(b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, outputs_, o)));
+            out_ld_v_.push_back(b_.CreateLoad(i64_, b_.CreateConstInBoundsGEP1_64(i64_, out_ld_, o)));
+        }
+        ncols_ = b_.CreateSub(col_end_, col_begin_);
+        ngroups_ = b_.CreateSDiv(b_.CreateAdd(ncols_, i64c(W_ - 1)), i64c(W_));
+    }
+
+    void init_scratch() {
+        Loop g = begin_loop(i64c(0), ngroups_, "init");
+        group_base_ = b_.CreateInBoundsGEP(f64_, scratch_, b_.CreateMul(g.iv, i64c(per_group_)));
+        for (std::size_t s = 0; s < k_.states.size(); ++s)
+            b_.CreateAlignedStore(splat(k_.states[s].init), vec_at(i64c(static_cast<std::int64_t>(s) * W_)),
+                                  llvm::Align(8));
+        if (!k_.rings.empty()) {
+            Loop e = begin_loop(i64c(static_cast<std::int64_t>(k_.states.size()) * W_), i64c(per_group_), "init.ring");
+            b_.CreateAlignedStore(nan(), vec_at(e.iv), llvm::Align(8));
+            end_loop(e, W_);
+        }
+        end_loop(g);
+    }
+
+    void row_loop() {
+        llvm::BasicBlock* pre = b_.GetInsertBlock();
+        Loop t = begin_loop(row_begin_, row_end_, "row");
+        t_ = t.iv;
+        // Ring positions: (t - row_begin) mod size, carried from row to row without a division.
+        pos_.clear();
+        llvm::BasicBlock* body = b_.GetInsertBlock();
+        b_.SetInsertPoint(t.header, t.header->getFirstInsertionPt());
+        std::vector<llvm::PHINode*> pos_phi;
+        for (std::size_t r = 0; r < k_.rings.size(); ++r) {
+            llvm::PHINode* p = b_.CreatePHI(i64_, 2, fmt::format("pos{}", r));
+            p->addIncoming(i64c(0), pre);
+            pos_phi.push_back(p);
+            pos_.push_back(p);
+        }
+        b_.SetInsertPoint(body);
+        write_row_ = b_.CreateICmpSGE(t_, out_begin_);
+        t_f64_ = b_.CreateVectorSplat(W_, b_.CreateSIToFP(t_, f64_));
+
+        Loop g = begin_loop(i64c(0), ngroups_, "group");
+        group_body(g.iv);
+        end_loop(g);
+
+        for (std::size_t r = 0; r < k_.rings.size(); ++r) {
+            llvm::Value* next = b_.CreateAdd(pos_[r], i64c(1));
+            next = b_.CreateSelect(b_.CreateICmpEQ(next, i64c(k_.rings[r].size)), i64c(0), next);
+            pos_phi[r]->addIncoming(next, b_.GetInsertBlock());
+        }
+        end_loop(t);
+    }
+
+    void group_body(llvm::Value* g) {
+        group_base_ = b_.CreateInBoundsGEP(f64_, scratch_, b_.CreateMul(g, i64c(per_group_)));
+        col_ = b_.CreateAdd(col_begin_, b_.CreateMul(g, i64c(W_)));
+        // Lanes past col_end are masked off: loads give NaN, stores are skipped.
+        llvm::Value* left = b_.CreateVectorSplat(W_, b_.CreateSub(col_end_, col_));
+        lane_mask_ = b_.CreateICmpSLT(iota(), left);
+        vals_.assign(k_.body.size(), nullptr);
+        std::vector<std::pair<int, llvm::Value*>> outputs;
+        for (std::size_t i = 0; i < k_.body.size(); ++i) {
+            const ir::Inst& in = k_.body[i];
+            if (in.op == Prim::Output) outputs.push_back({in.slot, vals_[in.a]});
+            else vals_[i] = inst(in);
+        }
+        // Outputs of warm-up rows are not stored; the branch is the same for every group of a row.
+        llvm::BasicBlock* store = llvm::BasicBlock::Create(ctx_, "store", fn_);
+        llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx_, "stored", fn_);
+        b_.CreateCondBr(write_row_, store, done);
+        b_.SetInsertPoint(store);
+        for (auto& [slot, v] : outputs) {
+            llvm::Value* idx = b_.CreateAdd(b_.CreateMul(t_, out_ld_v_[slot]), col_);
+            llvm::Value* p = b_.CreateInBoundsGEP(elem_, out_ptr_[slot], idx);
+            llvm::Value* x = dtype_ == DType::F32 ? b_.CreateFPTrunc(v, ve_) : v;
+            b_.CreateMaskedStore(x, p, llvm::Align(dtype_size(dtype_)), lane_mask_);
+        }
+        b_.CreateBr(done);
+        b_.SetInsertPoint(done);
+    }
+
+    llvm::Value* iota() {
+        std::vector<llvm::Constant*> c;
+        for (int i = 0; i < W_; ++i) c.push_back(b_.getInt64(i));
+        return llvm::ConstantVector::get(c);
+    }
+
+    llvm::Value* ring_slot(int ring, llvm::Value* pos) {  // doubles from group base to the entry at pos
+        return b_.CreateMul(b_.CreateAdd(i64c(ring_offset_[ring]), pos), i64c(W_));
+    }
+    llvm::Value* wrap(llvm::Value* p, int size) {  // p in (-size, size) -> [0, size)
+        return b_.CreateSelect(b_.CreateICmpSLT(p, i64c(0)), b_.CreateAdd(p, i64c(size)), p);
+    }
+    llvm::Value* ring_pos(int ring, std::int64_t lag) { return wrap(b_.CreateSub(pos_[ring], i64c(lag)), k_.rings[ring].size); }
+
+    llvm::Value* intrinsic(llvm::Intrinsic::ID id, llvm::ArrayRef<llvm::Value*> args) {
+        return b_.CreateIntrinsic(id, {vf_}, args);
+    }
+
+    // ---- one primitive --------------------------------------------------------------------------------
+    llvm::Value* inst(const ir::Inst& in) {
+        auto A = [&] { return vals_[in.a]; };
+        auto B = [&] { return vals_[in.b]; };
+        switch (in.op) {
+        case Prim::Const: return splat(in.imm);
+        case Prim::Input: {
+            llvm::Value* row = b_.CreateSub(t_, i64c(in.lag));
+            llvm::Value* ok = b_.CreateICmpSGE(row, i64c(0));
+            llvm::Value* safe = b_.CreateSelect(ok, row, i64c(0));  // never form an address before the panel
+            llvm::Value* idx = b_.CreateAdd(b_.CreateMul(safe, in_ld_v_[in.slot]), col_);
+            llvm::Value* p = b_.CreateInBoundsGEP(elem_, in_ptr_[in.slot], idx);
+            llvm::Value* pass = llvm::ConstantFP::get(ve_, std::numeric_limits<double>::quiet_NaN());
+            llvm::Value* v = b_.CreateMaskedLoad(ve_, p, llvm::Align(dtype_size(dtype_)), lane_mask_, pass);
+            if (dtype_ == DType::F32) v = b_.CreateFPExt(v, vf_);
+            return b_.CreateSelect(ok, v, nan());
+        }
+        case Prim::RowIndex: return t_f64_;
+        case Prim::RowInPass:
+            return b_.CreateVectorSplat(W_, b_.CreateICmpSGE(b_.CreateSub(t_, i64c(in.lag)), row_begin_));
+        case Prim::LoadState:
+            return b_.CreateAlignedLoad(vf_, vec_at(i64c(static_cast<std::int64_t>(in.slot) * W_)), llvm::Align(8));
+        case Prim::StoreState:
+            b_.CreateAlignedStore(A(), vec_at(i64c(static_cast<std::int64_t>(in.slot) * W_)), llvm::Align(8));
+            return nullptr;
+        case Prim::RingPush:
+            b_.CreateAlignedStore(A(), vec_at(ring_slot(in.slot, pos_[in.slot])), llvm::Align(8));
+            return nullptr;
+        case Prim::RingRead:
+            // Entries start as NaN and rows since row_begin are all pushed, so an entry for a row before
+            // the pass reads NaN without a test (lag < ring size).
+            return b_.CreateAlignedLoad(vf_, vec_at(ring_slot(in.slot, ring_pos(in.slot, in.lag))), llvm::Align(8));
+        case Prim::RingReadDyn: return ring_read_dyn(in.slot, A());
+        case Prim::RingArgExt: return ring_arg_ext(in.slot, A(), in.lag, in.imm != 0);
+        case Prim::Output: return nullptr;
+        case Prim::Add: return b_.CreateFAdd(A(), B());
+        case Prim::Sub: return b_.CreateFSub(A(), B());
+        case Prim::Mul: return b_.CreateFMul(A(), B());
+        case Prim::Div: return b_.CreateFDiv(A(), B());
+        case Prim::Neg: return b_.CreateFNeg(A());
+        case Prim::Abs: return intrinsic(llvm::Intrinsic::fabs, {A()});
+        case Prim::Sqrt: return intrinsic(llvm::Intrinsic::sqrt, {A()});
+        case Prim::Exp: return intrinsic(llvm::Intrinsic::exp, {A()});
+        case Prim::Log: return intrinsic(llvm::Intrinsic::log, {A()});
+        case Prim::Pow: return intrinsic(llvm::Intrinsic::pow, {A(), B()});
+        case Prim::Floor: return intrinsic(llvm::Intrinsic::floor, {A()});
+        case Prim::CmpLT: return b_.CreateFCmpOLT(A(), B());
+        case Prim::CmpLE: return b_.CreateFCmpOLE(A(), B());
+        case Prim::CmpGT: return b_.CreateFCmpOGT(A(), B());
+        case Prim::CmpGE: return b_.CreateFCmpOGE(A(), B());
+        case Prim::CmpEQ: return b_.CreateFCmpOEQ(A(), B());
+        case Prim::CmpONE: return b_.CreateFCmpONE(A(), B());
+        case Prim::CmpUNE: return b_.CreateFCmpUNE(A(), B());
+        case Prim::IsNaN: return b_.CreateFCmpUNO(A(), A());
+        case Prim::And: return b_.CreateAnd(A(), B());
+        case Prim::Or: return b_.CreateOr(A(), B());
+        case Prim::Not: return b_.CreateNot(A());
+        case Prim::Select: return b_.CreateSelect(A(), B(), vals_[in.c]);
+        case Prim::BoolToF64: return b_.CreateUIToFP(A(), vf_);
+        }
+        throw BackendError(fmt::format("cpu codegen: primitive {} not handled", ir::prim_name(in.op)));
+    }
+
+    llvm::Value* ring_read_dyn(int ring, llvm::Value* lag) {
+        llvm::Value* ok = b_.CreateFCmpORD(lag, lag);
+        llvm::Value* li = b_.CreateFPToSI(b_.CreateSelect(ok, lag, splat(0)), vi_);
+        const int size = k_.rings[ring].size;
+        llvm::Value* p = b_.CreateSub(b_.CreateVectorSplat(W_, pos_[ring]), li);
+        p = b_.CreateSelect(b_.CreateICmpSLT(p, b_.CreateVectorSplat(W_, i64c(0))),
+                            b_.CreateAdd(p, b_.CreateVectorSplat(W_, i64c(size))), p);
+        // Each lane reads its own column's entry: lane i of the vector at the entry.
+        llvm::Value* idx = b_.CreateAdd(
+            b_.CreateMul(b_.CreateAdd(p, b_.CreateVectorSplat(W_, i64c(ring_offset_[ring]))),
+                         b_.CreateVectorSplat(W_, i64c(W_))),
+            iota());
+        llvm::Value* ptrs = b_.CreateInBoundsGEP(f64_, group_base_, idx);
+        return b_.CreateMaskedGather(vf_, ptrs, llvm::Align(8), ok, nan());
+    }
+
+    // Scans the ring only when some lane asks; otherwise costs one horizontal OR.
+    llvm::Value* ring_arg_ext(int ring, llvm::Value* mask, int len, bool is_max) {
+        llvm::Value* any = b_.CreateOrReduce(mask);
+        llvm::BasicBlock* from = b_.GetInsertBlock();
+        llvm::BasicBlock* scan = llvm::BasicBlock::Create(ctx_, "rescan", fn_);
+        llvm::BasicBlock* join = llvm::BasicBlock::Create(ctx_, "rescanned", fn_);
+        b_.CreateCondBr(any, scan, join);
+        b_.SetInsertPoint(scan);
+        llvm::BasicBlock* pre = b_.GetInsertBlock();
+        Loop k = begin_loop(i64c(0), i64c(len), "scan");
+        llvm::PHINode* best = b_.CreatePHI(vf_, 2, "best");
+        llvm::PHINode* best_lag = b_.CreatePHI(vf_, 2, "best_lag");
+        // The PHIs belong in the header; move them there (begin_loop left us in the body).
+        best->moveBefore(k.header->getFirstNonPHI());
+        best_lag->moveBefore(k.header->getFirstNonPHI());
+        best->addIncoming(nan(), pre);
+        best_lag->addIncoming(nan(), pre);
+        llvm::Value* e = b_.CreateAlignedLoad(
+            vf_, vec_at(ring_slot(ring, wrap(b_.CreateSub(pos_[ring], k.iv), k_.rings[ring].size))), llvm::Align(8));
+        llvm::Value* beats = is_max ? b_.CreateFCmpOGT(e, best) : b_.CreateFCmpOLT(e, best);
+        llvm::Value* better = b_.CreateAnd(b_.CreateFCmpORD(e, e), b_.CreateOr(b_.CreateFCmpUNO(best, best), beats));
+        llvm::Value* nb = b_.CreateSelect(better, e, best);
+        llvm::Value* nl = b_.CreateSelect(better, b_.CreateVectorSplat(W_, b_.CreateSIToFP(k.iv, f64_)), best_lag);
+        best->addIncoming(nb, b_.GetInsertBlock());
+        best_lag->addIncoming(nl, b_.GetInsertBlock());
+        end_loop(k);
+        llvm::Value* res = b_.CreateSelect(mask, best_lag, nan());
+        llvm::BasicBlock* scanned = b_.GetInsertBlock();
+        b_.CreateBr(join);
+        b_.SetInsertPoint(join);
+        llvm::PHINode* out = b_.CreatePHI(vf_, 2, "arg_ext");
+        out->addIncoming(nan(), from);
+        out->addIncoming(res, scanned);
+        return out;
+    }
+
+    const ir::Kernel& k_;
+    DType dtype_;
+    int W_;
+    llvm::LLVMContext& ctx_;
+    llvm::IRBuilder<> b_;
+    std::unique_ptr<llvm::Module> mod_;
+    llvm::Function* fn_ = nullptr;
+    llvm::Type *f64_, *i64_, *i1_, *ptr_, *elem_;
+    llvm::FixedVectorType *vf_, *vb_, *ve_, *vi_;
+    std::vector<std::int64_t> ring_offset_;
+    std::int64_t per_group_ = 0;
+
+    llvm::Value *args_ = nullptr, *inputs_ = nullptr, *in_ld_ = nullptr, *outputs_ = nullptr, *out_ld_ = nullptr;
+    llvm::Value *col_begin_ = nullptr, *col_end_ = nullptr, *row_begin_ = nullptr, *out_begin_ = nullptr,
+                *row_end_ = nullptr, *scratch_ = nullptr, *ncols_ = nullptr, *ngroups_ = nullptr;
+    std::vector<llvm::Value*> in_ptr_, in_ld_v_, out_ptr_, out_ld_v_;
+    llvm::Value *t_ = nullptr, *t_f64_ = nullptr, *write_row_ = nullptr, *group_base_ = nullptr, *col_ = nullptr,
+                *lane_mask_ = nullptr;
+    std::vector<llvm::Value*> pos_;
+    std::vector<llvm::Value*> vals_;
+};
+
+}  // namespace
+
+std::unique_ptr<llvm::Module> emit_llvm(const ir::Kernel& kernel, DType dtype, int lanes, llvm::LLVMContext& ctx) {
+    return Emitter(kernel, dtype, lanes, ctx).run();
+}
+
+}  // namespace fj::cpu

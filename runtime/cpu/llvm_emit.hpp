@@ -1,0 +1,24 @@
+// Kernel IR to LLVM IR for the CPU: the same per-column time scan, with one SIMD lane per column.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "codegen/kernel_ir.hpp"
+#include "runtime/panel.hpp"
+
+namespace llvm {
+class LLVMContext;
+class Module;
+}  // namespace llvm
+
+namespace fj::cpu {
+
+// The function is named kernel.name and has the signature of KernelFn (kernel_abi.hpp).
+// `lanes` doubles make one vector (8 with AVX-512, 4 with AVX2).
+std::unique_ptr<llvm::Module> emit_llvm(const ir::Kernel& kernel, DType dtype, int lanes, llvm::LLVMContext& ctx);
+
+// Doubles of scratch a task over `columns` columns needs (states and rings of every lane group).
+std::int64_t scratch_doubles(const ir::Kernel& kernel, int lanes, std::int64_t columns);
+
+}  // namespace fj::cpu
