@@ -358,10 +358,11 @@ V Lowering::pair_moments(const Node* node) {
     const PairGroup& g = it->second;
     V nan = ir_.nan(), zero = ir_.constant(0);
     V enough = at_least(ir_, g.n, std::max(node->min_periods, 2));
-    V cxy = ir_.sub(g.sxy, ir_.div(ir_.mul(g.sx, g.sy), g.n));
+    V inv_n = ir_.div(ir_.constant(1), g.n);  // one division per row instead of three
+    V cxy = ir_.sub(g.sxy, ir_.mul(ir_.mul(g.sx, g.sy), inv_n));
     if (node->op == Op::WCov) return ir_.select(enough, ir_.div(cxy, ir_.sub(g.n, ir_.constant(1))), nan);
-    V vx = ir_.sub(g.sxx, ir_.div(ir_.mul(g.sx, g.sx), g.n));
-    V vy = ir_.sub(g.syy, ir_.div(ir_.mul(g.sy, g.sy), g.n));
+    V vx = ir_.sub(g.sxx, ir_.mul(ir_.mul(g.sx, g.sx), inv_n));
+    V vy = ir_.sub(g.syy, ir_.mul(ir_.mul(g.sy, g.sy), inv_n));
     V r = ir_.div(cxy, ir_.f(Prim::Sqrt, ir_.mul(vx, vy)));
     V one = ir_.constant(1), minus_one = ir_.constant(-1);
     r = ir_.select(ir_.lt(one, r), one, ir_.select(ir_.lt(r, minus_one), minus_one, r));

@@ -1,11 +1,14 @@
 #include "runtime/cpu/llvm_emit.hpp"
 
+#include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
 #include <fmt/format.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
@@ -30,10 +33,20 @@ namespace {
 // input (the hardware prefetcher streams it), and the states of all groups, kept in scratch, stay in
 // L1/L2. Per group of `lanes` columns the scratch holds [states][ring 0 entries][ring 1 entries]...,
 // each entry one vector.
+constexpr int kUnroll = 4;
+
+struct Row {
+    llvm::Value* t;                 // the row index
+    llvm::Value* t_f64;             // splat of t as double
+    llvm::Value* write;             // splat of t >= out_begin
+    std::vector<llvm::Value*> pos;  // ring positions at this row
+};
+
 class Emitter {
 public:
     Emitter(const ir::Kernel& k, DType dtype, int lanes, llvm::LLVMContext& ctx)
         : k_(k), dtype_(dtype), W_(lanes), ctx_(ctx), b_(ctx) {
+        if (const char* u = std::getenv("FJ_CPU_UNROLL")) unroll_ = std::max(1, std::atoi(u));  // for tuning
         mod_ = std::make_unique<llvm::Module>(k.name, ctx);
         f64_ = b_.getDoubleTy();
         i64_ = b_.getInt64Ty();
@@ -44,6 +57,14 @@ public:
         vb_ = llvm::FixedVectorType::get(i1_, W_);
         ve_ = llvm::FixedVectorType::get(elem_, W_);
         vi_ = llvm::FixedVectorType::get(i64_, W_);
+        // Two alias scopes: scratch (states, rings) and panels (inputs, outputs). Without them LLVM must
+        // assume an output store may change a state, and could not keep states in registers.
+        llvm::MDBuilder md(ctx);
+        llvm::MDNode* domain = md.createAnonymousAliasScopeDomain("fj");
+        llvm::MDNode* scratch_scope = md.createAnonymousAliasScope(domain, "scratch");
+        llvm::MDNode* panel_scope = md.createAnonymousAliasScope(domain, "panels");
+        scratch_md_ = llvm::MDNode::get(ctx, {scratch_scope});
+        panel_md_ = llvm::MDNode::get(ctx, {panel_scope});
         std::int64_t off = static_cast<std::int64_t>(k.states.size());
         for (const ir::Ring& r : k.rings) { ring_offset_.push_back(off); off += r.size; }
         per_group_ = off * W_;
@@ -82,6 +103,22 @@ private:
     llvm::Value* nan() { return splat(std::numeric_limits<double>::quiet_NaN()); }
     llvm::Value* vec_at(llvm::Value* index_doubles) {  // address of the vector at scratch[group base + i]
         return b_.CreateInBoundsGEP(f64_, group_base_, index_doubles);
+    }
+    template <class I> I* scratch_access(I* i) {
+        i->setMetadata(llvm::LLVMContext::MD_alias_scope, scratch_md_);
+        i->setMetadata(llvm::LLVMContext::MD_noalias, panel_md_);
+        return i;
+    }
+    template <class I> I* panel_access(I* i) {
+        i->setMetadata(llvm::LLVMContext::MD_alias_scope, panel_md_);
+        i->setMetadata(llvm::LLVMContext::MD_noalias, scratch_md_);
+        return i;
+    }
+    llvm::Value* scratch_load(llvm::Value* index_doubles) {
+        return scratch_access(b_.CreateAlignedLoad(vf_, vec_at(index_doubles), llvm::Align(8)));
+    }
+    void scratch_store(llvm::Value* v, llvm::Value* index_doubles) {
+        scratch_access(b_.CreateAlignedStore(v, vec_at(index_doubles), llvm::Align(8)));
     }
     llvm::Value* i64c(std::int64_t v) { return b_.getInt64(static_cast<std::uint64_t>(v)); }
 
@@ -139,73 +176,72 @@ private:
         Loop g = begin_loop(i64c(0), ngroups_, "init");
         group_base_ = b_.CreateInBoundsGEP(f64_, scratch_, b_.CreateMul(g.iv, i64c(per_group_)));
         for (std::size_t s = 0; s < k_.states.size(); ++s)
-            b_.CreateAlignedStore(splat(k_.states[s].init), vec_at(i64c(static_cast<std::int64_t>(s) * W_)),
-                                  llvm::Align(8));
+            scratch_store(splat(k_.states[s].init), i64c(static_cast<std::int64_t>(s) * W_));
         if (!k_.rings.empty()) {
             Loop e = begin_loop(i64c(static_cast<std::int64_t>(k_.states.size()) * W_), i64c(per_group_), "init.ring");
-            b_.CreateAlignedStore(nan(), vec_at(e.iv), llvm::Align(8));
+            scratch_store(nan(), e.iv);
             end_loop(e, W_);
         }
         end_loop(g);
     }
 
+    // Rows are processed `unroll` at a time per visit of a lane group: the states stay in registers
+    // across those rows (alias scopes let LLVM forward them), so the scratch traffic per row shrinks by
+    // that factor. The remaining rows (fewer than `unroll`) take a second loop one row at a time.
     void row_loop() {
-        llvm::BasicBlock* pre = b_.GetInsertBlock();
-        Loop t = begin_loop(row_begin_, row_end_, "row");
-        t_ = t.iv;
-        // Ring positions: (t - row_begin) mod size, carried from row to row without a division.
-        pos_.clear();
-        llvm::BasicBlock* body = b_.GetInsertBlock();
-        b_.SetInsertPoint(t.header, t.header->getFirstInsertionPt());
-        std::vector<llvm::PHINode*> pos_phi;
-        for (std::size_t r = 0; r < k_.rings.size(); ++r) {
-            llvm::PHINode* p = b_.CreatePHI(i64_, 2, fmt::format("pos{}", r));
-            p->addIncoming(i64c(0), pre);
-            pos_phi.push_back(p);
-            pos_.push_back(p);
-        }
-        b_.SetInsertPoint(body);
-        write_row_ = b_.CreateICmpSGE(t_, out_begin_);
-        t_f64_ = b_.CreateVectorSplat(W_, b_.CreateSIToFP(t_, f64_));
-
-        Loop g = begin_loop(i64c(0), ngroups_, "group");
-        group_body(g.iv);
-        end_loop(g);
-
-        for (std::size_t r = 0; r < k_.rings.size(); ++r) {
-            llvm::Value* next = b_.CreateAdd(pos_[r], i64c(1));
-            next = b_.CreateSelect(b_.CreateICmpEQ(next, i64c(k_.rings[r].size)), i64c(0), next);
-            pos_phi[r]->addIncoming(next, b_.GetInsertBlock());
-        }
-        end_loop(t);
+        llvm::Value* n = b_.CreateSub(row_end_, row_begin_);
+        llvm::Value* main_end = b_.CreateAdd(row_begin_, b_.CreateMul(b_.CreateSDiv(n, i64c(unroll_)), i64c(unroll_)));
+        std::vector<llvm::Value*> pos = rows(row_begin_, main_end, unroll_, init_positions());
+        rows(main_end, row_end_, 1, pos);
     }
 
-    void group_body(llvm::Value* g) {
-        group_base_ = b_.CreateInBoundsGEP(f64_, scratch_, b_.CreateMul(g, i64c(per_group_)));
-        col_ = b_.CreateAdd(col_begin_, b_.CreateMul(g, i64c(W_)));
+    std::vector<llvm::Value*> init_positions() { return std::vector<llvm::Value*>(k_.rings.size(), i64c(0)); }
+
+    // Runs rows [begin, end) in steps of `step` rows; returns the ring positions after the last row.
+    std::vector<llvm::Value*> rows(llvm::Value* begin, llvm::Value* end, int step, std::vector<llvm::Value*> start) {
+        llvm::BasicBlock* pre = b_.GetInsertBlock();
+        Loop t = begin_loop(begin, end, step == 1 ? "row" : "rows");
+        llvm::BasicBlock* body = b_.GetInsertBlock();
+        // Ring positions, (t - row_begin) mod size, carried from step to step.
+        b_.SetInsertPoint(t.header, t.header->getFirstInsertionPt());
+        std::vector<llvm::PHINode*> phis;
+        std::vector<llvm::Value*> pos;
+        for (std::size_t r = 0; r < k_.rings.size(); ++r) {
+            llvm::PHINode* p = b_.CreatePHI(i64_, 2, fmt::format("pos{}", r));
+            p->addIncoming(start[r], pre);
+            phis.push_back(p);
+            pos.push_back(p);
+        }
+        b_.SetInsertPoint(body);
+        std::vector<Row> rs;
+        for (int u = 0; u < step; ++u) {
+            Row row;
+            row.t = b_.CreateAdd(t.iv, i64c(u));
+            row.t_f64 = b_.CreateVectorSplat(W_, b_.CreateSIToFP(row.t, f64_));
+            row.write = b_.CreateVectorSplat(W_, b_.CreateICmpSGE(row.t, out_begin_));
+            for (std::size_t r = 0; r < k_.rings.size(); ++r)
+                row.pos.push_back(u == 0 ? pos[r] : b_.CreateURem(b_.CreateAdd(pos[r], i64c(u)), i64c(k_.rings[r].size)));
+            rs.push_back(row);
+        }
+        Loop g = begin_loop(i64c(0), ngroups_, "group");
+        group_base_ = b_.CreateInBoundsGEP(f64_, scratch_, b_.CreateMul(g.iv, i64c(per_group_)));
+        col_ = b_.CreateAdd(col_begin_, b_.CreateMul(g.iv, i64c(W_)));
         // Lanes past col_end are masked off: loads give NaN, stores are skipped.
-        llvm::Value* left = b_.CreateVectorSplat(W_, b_.CreateSub(col_end_, col_));
-        lane_mask_ = b_.CreateICmpSLT(iota(), left);
+        lane_mask_ = b_.CreateICmpSLT(iota(), b_.CreateVectorSplat(W_, b_.CreateSub(col_end_, col_)));
+        for (const Row& row : rs) row_body(row);
+        end_loop(g);
+        for (std::size_t r = 0; r < k_.rings.size(); ++r)
+            phis[r]->addIncoming(b_.CreateURem(b_.CreateAdd(pos[r], i64c(step)), i64c(k_.rings[r].size)),
+                                 b_.GetInsertBlock());
+        end_loop(t, step);
+        // After the loop the positions are those of its header (the values at exit).
+        return std::vector<llvm::Value*>(phis.begin(), phis.end());
+    }
+
+    void row_body(const Row& row) {
+        row_ = &row;
         vals_.assign(k_.body.size(), nullptr);
-        std::vector<std::pair<int, llvm::Value*>> outputs;
-        for (std::size_t i = 0; i < k_.body.size(); ++i) {
-            const ir::Inst& in = k_.body[i];
-            if (in.op == Prim::Output) outputs.push_back({in.slot, vals_[in.a]});
-            else vals_[i] = inst(in);
-        }
-        // Outputs of warm-up rows are not stored; the branch is the same for every group of a row.
-        llvm::BasicBlock* store = llvm::BasicBlock::Create(ctx_, "store", fn_);
-        llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx_, "stored", fn_);
-        b_.CreateCondBr(write_row_, store, done);
-        b_.SetInsertPoint(store);
-        for (auto& [slot, v] : outputs) {
-            llvm::Value* idx = b_.CreateAdd(b_.CreateMul(t_, out_ld_v_[slot]), col_);
-            llvm::Value* p = b_.CreateInBoundsGEP(elem_, out_ptr_[slot], idx);
-            llvm::Value* x = dtype_ == DType::F32 ? b_.CreateFPTrunc(v, ve_) : v;
-            b_.CreateMaskedStore(x, p, llvm::Align(dtype_size(dtype_)), lane_mask_);
-        }
-        b_.CreateBr(done);
-        b_.SetInsertPoint(done);
+        for (std::size_t i = 0; i < k_.body.size(); ++i) vals_[i] = inst(k_.body[i]);
     }
 
     llvm::Value* iota() {
@@ -220,7 +256,7 @@ private:
     llvm::Value* wrap(llvm::Value* p, int size) {  // p in (-size, size) -> [0, size)
         return b_.CreateSelect(b_.CreateICmpSLT(p, i64c(0)), b_.CreateAdd(p, i64c(size)), p);
     }
-    llvm::Value* ring_pos(int ring, std::int64_t lag) { return wrap(b_.CreateSub(pos_[ring], i64c(lag)), k_.rings[ring].size); }
+    llvm::Value* ring_pos(int ring, std::int64_t lag) { return wrap(b_.CreateSub(row_->pos[ring], i64c(lag)), k_.rings[ring].size); }
 
     llvm::Value* intrinsic(llvm::Intrinsic::ID id, llvm::ArrayRef<llvm::Value*> args) {
         return b_.CreateIntrinsic(id, {vf_}, args);
@@ -233,34 +269,37 @@ private:
         switch (in.op) {
         case Prim::Const: return splat(in.imm);
         case Prim::Input: {
-            llvm::Value* row = b_.CreateSub(t_, i64c(in.lag));
+            // Rows before the panel read as NaN: their lanes are masked off (and the row clamped, so no
+            // address before the panel is ever formed). No branch, no select.
+            llvm::Value* row = b_.CreateSub(row_->t, i64c(in.lag));
             llvm::Value* ok = b_.CreateICmpSGE(row, i64c(0));
-            llvm::Value* safe = b_.CreateSelect(ok, row, i64c(0));  // never form an address before the panel
+            llvm::Value* safe = b_.CreateSelect(ok, row, i64c(0));
             llvm::Value* idx = b_.CreateAdd(b_.CreateMul(safe, in_ld_v_[in.slot]), col_);
             llvm::Value* p = b_.CreateInBoundsGEP(elem_, in_ptr_[in.slot], idx);
             llvm::Value* pass = llvm::ConstantFP::get(ve_, std::numeric_limits<double>::quiet_NaN());
-            llvm::Value* v = b_.CreateMaskedLoad(ve_, p, llvm::Align(dtype_size(dtype_)), lane_mask_, pass);
-            if (dtype_ == DType::F32) v = b_.CreateFPExt(v, vf_);
-            return b_.CreateSelect(ok, v, nan());
+            llvm::Value* mask = b_.CreateAnd(lane_mask_, b_.CreateVectorSplat(W_, ok));
+            llvm::Value* v = panel_access(b_.CreateMaskedLoad(ve_, p, llvm::Align(dtype_size(dtype_)), mask, pass));
+            return dtype_ == DType::F32 ? b_.CreateFPExt(v, vf_) : v;
         }
-        case Prim::RowIndex: return t_f64_;
+        case Prim::RowIndex: return row_->t_f64;
         case Prim::RowInPass:
-            return b_.CreateVectorSplat(W_, b_.CreateICmpSGE(b_.CreateSub(t_, i64c(in.lag)), row_begin_));
-        case Prim::LoadState:
-            return b_.CreateAlignedLoad(vf_, vec_at(i64c(static_cast<std::int64_t>(in.slot) * W_)), llvm::Align(8));
-        case Prim::StoreState:
-            b_.CreateAlignedStore(A(), vec_at(i64c(static_cast<std::int64_t>(in.slot) * W_)), llvm::Align(8));
-            return nullptr;
-        case Prim::RingPush:
-            b_.CreateAlignedStore(A(), vec_at(ring_slot(in.slot, pos_[in.slot])), llvm::Align(8));
-            return nullptr;
+            return b_.CreateVectorSplat(W_, b_.CreateICmpSGE(b_.CreateSub(row_->t, i64c(in.lag)), row_begin_));
+        case Prim::LoadState: return scratch_load(i64c(static_cast<std::int64_t>(in.slot) * W_));
+        case Prim::StoreState: scratch_store(A(), i64c(static_cast<std::int64_t>(in.slot) * W_)); return nullptr;
+        case Prim::RingPush: scratch_store(A(), ring_slot(in.slot, row_->pos[in.slot])); return nullptr;
         case Prim::RingRead:
             // Entries start as NaN and rows since row_begin are all pushed, so an entry for a row before
             // the pass reads NaN without a test (lag < ring size).
-            return b_.CreateAlignedLoad(vf_, vec_at(ring_slot(in.slot, ring_pos(in.slot, in.lag))), llvm::Align(8));
+            return scratch_load(ring_slot(in.slot, ring_pos(in.slot, in.lag)));
         case Prim::RingReadDyn: return ring_read_dyn(in.slot, A());
         case Prim::RingArgExt: return ring_arg_ext(in.slot, A(), in.lag, in.imm != 0);
-        case Prim::Output: return nullptr;
+        case Prim::Output: {  // masked off on warm-up rows and past the last column
+            llvm::Value* idx = b_.CreateAdd(b_.CreateMul(row_->t, out_ld_v_[in.slot]), col_);
+            llvm::Value* p = b_.CreateInBoundsGEP(elem_, out_ptr_[in.slot], idx);
+            llvm::Value* x = dtype_ == DType::F32 ? b_.CreateFPTrunc(A(), ve_) : A();
+            panel_access(b_.CreateMaskedStore(x, p, llvm::Align(dtype_size(dtype_)), b_.CreateAnd(lane_mask_, row_->write)));
+            return nullptr;
+        }
         case Prim::Add: return b_.CreateFAdd(A(), B());
         case Prim::Sub: return b_.CreateFSub(A(), B());
         case Prim::Mul: return b_.CreateFMul(A(), B());
@@ -293,7 +332,7 @@ private:
         llvm::Value* ok = b_.CreateFCmpORD(lag, lag);
         llvm::Value* li = b_.CreateFPToSI(b_.CreateSelect(ok, lag, splat(0)), vi_);
         const int size = k_.rings[ring].size;
-        llvm::Value* p = b_.CreateSub(b_.CreateVectorSplat(W_, pos_[ring]), li);
+        llvm::Value* p = b_.CreateSub(b_.CreateVectorSplat(W_, row_->pos[ring]), li);
         p = b_.CreateSelect(b_.CreateICmpSLT(p, b_.CreateVectorSplat(W_, i64c(0))),
                             b_.CreateAdd(p, b_.CreateVectorSplat(W_, i64c(size))), p);
         // Each lane reads its own column's entry: lane i of the vector at the entry.
@@ -302,7 +341,7 @@ private:
                          b_.CreateVectorSplat(W_, i64c(W_))),
             iota());
         llvm::Value* ptrs = b_.CreateInBoundsGEP(f64_, group_base_, idx);
-        return b_.CreateMaskedGather(vf_, ptrs, llvm::Align(8), ok, nan());
+        return scratch_access(b_.CreateMaskedGather(vf_, ptrs, llvm::Align(8), ok, nan()));
     }
 
     // Scans the ring only when some lane asks; otherwise costs one horizontal OR.
@@ -322,8 +361,7 @@ private:
         best_lag->moveBefore(k.header->getFirstNonPHI());
         best->addIncoming(nan(), pre);
         best_lag->addIncoming(nan(), pre);
-        llvm::Value* e = b_.CreateAlignedLoad(
-            vf_, vec_at(ring_slot(ring, wrap(b_.CreateSub(pos_[ring], k.iv), k_.rings[ring].size))), llvm::Align(8));
+        llvm::Value* e = scratch_load(ring_slot(ring, wrap(b_.CreateSub(row_->pos[ring], k.iv), k_.rings[ring].size)));
         llvm::Value* beats = is_max ? b_.CreateFCmpOGT(e, best) : b_.CreateFCmpOLT(e, best);
         llvm::Value* better = b_.CreateAnd(b_.CreateFCmpORD(e, e), b_.CreateOr(b_.CreateFCmpUNO(best, best), beats));
         llvm::Value* nb = b_.CreateSelect(better, e, best);
@@ -344,6 +382,7 @@ private:
     const ir::Kernel& k_;
     DType dtype_;
     int W_;
+    int unroll_ = kUnroll;
     llvm::LLVMContext& ctx_;
     llvm::IRBuilder<> b_;
     std::unique_ptr<llvm::Module> mod_;
@@ -357,10 +396,10 @@ private:
     llvm::Value *col_begin_ = nullptr, *col_end_ = nullptr, *row_begin_ = nullptr, *out_begin_ = nullptr,
                 *row_end_ = nullptr, *scratch_ = nullptr, *ncols_ = nullptr, *ngroups_ = nullptr;
     std::vector<llvm::Value*> in_ptr_, in_ld_v_, out_ptr_, out_ld_v_;
-    llvm::Value *t_ = nullptr, *t_f64_ = nullptr, *write_row_ = nullptr, *group_base_ = nullptr, *col_ = nullptr,
-                *lane_mask_ = nullptr;
-    std::vector<llvm::Value*> pos_;
+    llvm::Value *group_base_ = nullptr, *col_ = nullptr, *lane_mask_ = nullptr;
+    const Row* row_ = nullptr;
     std::vector<llvm::Value*> vals_;
+    llvm::MDNode *scratch_md_ = nullptr, *panel_md_ = nullptr;
 };
 
 }  // namespace

@@ -1,0 +1,81 @@
+// C1 of TARGETS.md: the CPU backend on the headline case, next to a 2-read-1-write streaming floor
+// measured in the same run on the same panels and threads.
+// Usage: bench_cpu [rows=50000] [cols=1000] [threads=2] [reps=7]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "factorjit.hpp"
+#include "runtime/thread_pool.hpp"
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+template <class F>
+double median_time(int reps, F f) {
+    f();  // warm-up: page faults, compilation, caches
+    std::vector<double> t;
+    for (int i = 0; i < reps; ++i) {
+        const double s = now();
+        f();
+        t.push_back(now() - s);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const std::int64_t rows = argc > 1 ? std::stoll(argv[1]) : 50000;
+    const std::int64_t cols = argc > 2 ? std::stoll(argv[2]) : 1000;
+    const int threads = argc > 3 ? std::stoi(argv[3]) : 2;
+    const int reps = argc > 4 ? std::stoi(argv[4]) : 7;
+    const std::int64_t n = rows * cols;
+
+    std::vector<float> a(n), b(n), c(n);
+    std::mt19937_64 rng(1);
+    std::normal_distribution<double> z(0, 1);
+    std::vector<double> pa(cols, 100), pb(cols, 100);
+    for (std::int64_t t = 0; t < rows; ++t)
+        for (std::int64_t j = 0; j < cols; ++j) {
+            const double common = z(rng);
+            pa[j] *= std::exp(0.01 * common);
+            pb[j] *= std::exp(0.01 * (0.6 * common + 0.8 * z(rng)));
+            a[t * cols + j] = static_cast<float>(pa[j]);
+            b[t * cols + j] = static_cast<float>(pb[j]);
+        }
+
+    // The floor: c = a + b over the same panels, the same threads, in contiguous chunks.
+    fj::rt::ThreadPool& pool = fj::rt::ThreadPool::shared(threads);
+    const std::int64_t chunks = 64, chunk = (n + chunks - 1) / chunks;
+    const double stream = median_time(reps, [&] {
+        pool.parallel_for(chunks, [&](std::int64_t k, int) {
+            const std::int64_t e = std::min(n, (k + 1) * chunk);
+            for (std::int64_t i = k * chunk; i < e; ++i) c[i] = a[i] + b[i];
+        });
+    });
+    std::printf("rows %lld cols %lld threads %d, median of %d\n", static_cast<long long>(rows),
+                static_cast<long long>(cols), threads, reps);
+    std::printf("%-44s %9.2f ms  %6.1f GB/s\n", "stream c = a + b (2 reads + 1 write)", stream * 1e3,
+                3.0 * n * 4 / stream / 1e9);
+
+    fj::CompileOptions opt;
+    opt.backend = fj::Backend::Cpu;
+    opt.threads = threads;
+    for (int w : {20, 250}) {
+        const std::string f = "corr(window(A," + std::to_string(w) + "), window(B," + std::to_string(w) + "))";
+        fj::Program p = fj::compile({{"c", fj::parse(f)}}, opt);
+        const std::map<std::string, fj::Panel> in{{"A", fj::Panel::host(a.data(), rows, cols)},
+                                                  {"B", fj::Panel::host(b.data(), rows, cols)}};
+        const std::map<std::string, fj::Panel> out{{"c", fj::Panel::host(c.data(), rows, cols)}};
+        const double t = median_time(reps, [&] { p.run(in, out); });
+        std::printf("%-44s %9.2f ms  %6.2f x stream\n", f.c_str(), t * 1e3, t / stream);
+    }
+    return 0;
+}
