@@ -45,6 +45,9 @@ enum class Type : std::uint8_t { F64, Bool, Void };
     /* arithmetic, IEEE-754 double, no fast-math */                                                       \
     X(Add) X(Sub) X(Mul) X(Div) X(Neg) X(Abs) X(Sqrt) X(Exp) X(Log) X(Pow)                                \
     X(Floor)                                                                                              \
+    /* Recip = 1/a, RSqrt = 1/sqrt(a), each within 4 ulp (backends may refine a hardware estimate); */   \
+    /* for a = 0, inf or NaN the result is unspecified (NaN allowed): lowering masks those cases. */      \
+    X(Recip) X(RSqrt)                                                                                     \
     /* comparisons -> Bool; ordered (false when either is NaN) except CmpUNE (true when either is NaN) */ \
     X(CmpLT) X(CmpLE) X(CmpGT) X(CmpGE) X(CmpEQ) X(CmpONE) X(CmpUNE)                                      \
     X(IsNaN)                                                                                              \

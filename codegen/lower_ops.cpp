@@ -308,11 +308,11 @@ V Lowering::moments(const Node* node) {
         return ir_.select(at_least(ir_, g.n, minp), s, nan);
     }
     case Op::WMean:
-        return ir_.select(at_least(ir_, g.n, std::max(minp, 1)), ir_.add(g.shift, ir_.div(g.s1, g.n)), nan);
+        return ir_.select(at_least(ir_, g.n, std::max(minp, 1)), ir_.add(g.shift, ir_.mul(g.s1, ir_.f(Prim::Recip, g.n))), nan);
     case Op::WVar:
     case Op::WStd: {
-        V m2 = ir_.sub(g.s2, ir_.div(ir_.mul(g.s1, g.s1), g.n));
-        V var = ir_.div(ir_.select(ir_.lt(zero, m2), m2, zero), ir_.sub(g.n, ir_.constant(1)));
+        V m2 = ir_.sub(g.s2, ir_.mul(ir_.mul(g.s1, g.s1), ir_.f(Prim::Recip, g.n)));
+        V var = ir_.mul(ir_.select(ir_.lt(zero, m2), m2, zero), ir_.f(Prim::Recip, ir_.sub(g.n, ir_.constant(1))));
         var = ir_.select(g.is_const, zero, var);
         V r = node->op == Op::WStd ? ir_.f(Prim::Sqrt, var) : var;
         return ir_.select(at_least(ir_, g.n, std::max(minp, 2)), r, nan);
@@ -358,12 +358,15 @@ V Lowering::pair_moments(const Node* node) {
     const PairGroup& g = it->second;
     V nan = ir_.nan(), zero = ir_.constant(0);
     V enough = at_least(ir_, g.n, std::max(node->min_periods, 2));
-    V inv_n = ir_.div(ir_.constant(1), g.n);  // one division per row instead of three
+    // Divisions and square roots cost more than the rest of the update together on a CPU: use
+    // reciprocal estimates refined to a few ulp, on values the selects below keep away from 0 and NaN.
+    V inv_n = ir_.f(Prim::Recip, g.n);
     V cxy = ir_.sub(g.sxy, ir_.mul(ir_.mul(g.sx, g.sy), inv_n));
-    if (node->op == Op::WCov) return ir_.select(enough, ir_.div(cxy, ir_.sub(g.n, ir_.constant(1))), nan);
+    if (node->op == Op::WCov)
+        return ir_.select(enough, ir_.mul(cxy, ir_.f(Prim::Recip, ir_.sub(g.n, ir_.constant(1)))), nan);
     V vx = ir_.sub(g.sxx, ir_.mul(ir_.mul(g.sx, g.sx), inv_n));
     V vy = ir_.sub(g.syy, ir_.mul(ir_.mul(g.sy, g.sy), inv_n));
-    V r = ir_.div(cxy, ir_.f(Prim::Sqrt, ir_.mul(vx, vy)));
+    V r = ir_.mul(cxy, ir_.f(Prim::RSqrt, ir_.mul(vx, vy)));
     V one = ir_.constant(1), minus_one = ir_.constant(-1);
     r = ir_.select(ir_.lt(one, r), one, ir_.select(ir_.lt(r, minus_one), minus_one, r));
     V degenerate = ir_.lor(ir_.lor(g.const_x, g.const_y),

@@ -15,8 +15,9 @@ class Module;
 namespace fj::cpu {
 
 // The function is named kernel.name and has the signature of KernelFn (kernel_abi.hpp).
-// `lanes` doubles make one vector (8 with AVX-512, 4 with AVX2).
-std::unique_ptr<llvm::Module> emit_llvm(const ir::Kernel& kernel, DType dtype, int lanes, llvm::LLVMContext& ctx);
+// `lanes` doubles make one vector (8 with AVX-512, 4 with AVX2); `avx512`: the host has AVX-512F/VL.
+std::unique_ptr<llvm::Module> emit_llvm(const ir::Kernel& kernel, DType dtype, int lanes, bool avx512,
+                                        llvm::LLVMContext& ctx);
 
 // Doubles of scratch a task over `columns` columns needs (states and rings of every lane group).
 std::int64_t scratch_doubles(const ir::Kernel& kernel, int lanes, std::int64_t columns);

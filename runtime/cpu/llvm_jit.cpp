@@ -54,6 +54,7 @@ LlvmJit::LlvmJit() : state_(new State) {
     cpu_ = jtmb.getCPU();
     const auto features = llvm::sys::getHostCPUFeatures();
     auto has = [&](const char* f) { auto it = features.find(f); return it != features.end() && it->second; };
+    avx512_ = has("avx512f") && has("avx512vl");
     lanes_ = has("avx512f") ? 8 : has("avx") ? 4 : 2;
     if (const char* env = std::getenv("FJ_CPU_LANES")) {  // for tests of other vector widths
         int v = std::atoi(env);
@@ -69,7 +70,7 @@ LlvmJit::LlvmJit() : state_(new State) {
 }
 
 CompiledKernel LlvmJit::get(const ir::Kernel& kernel, DType dtype) {
-    const std::uint64_t key = kernel.hash() * 31 + static_cast<std::uint64_t>(dtype) * 7 + lanes_;
+    const std::uint64_t key = kernel.hash() * 31 + static_cast<std::uint64_t>(dtype) * 7 + lanes_ * 2 + avx512_;
     std::lock_guard<std::mutex> lock(state_->mutex);
     if (auto it = state_->cache.find(key); it != state_->cache.end()) return {it->second, true, 0};
 
@@ -78,7 +79,7 @@ CompiledKernel LlvmJit::get(const ir::Kernel& kernel, DType dtype) {
     // Symbols must be unique in the JIT's dylib: kernels of equal name but different IR can coexist.
     ir::Kernel named = kernel;
     named.name = fmt::format("{}_{}_{}", kernel.name, dtype == DType::F32 ? "f32" : "f64", state_->unique++);
-    std::unique_ptr<llvm::Module> mod = emit_llvm(named, dtype, lanes_, *ctx);
+    std::unique_ptr<llvm::Module> mod = emit_llvm(named, dtype, lanes_, avx512_, *ctx);
     mod->setDataLayout(state_->jit->getDataLayout());
     mod->setTargetTriple(state_->tm->getTargetTriple().str());
     for (llvm::Function& f : *mod) {

@@ -28,6 +28,7 @@ private:
     struct State;
     State* state_;
     int lanes_ = 4;
+    bool avx512_ = false;
     std::string cpu_;
 };
 
