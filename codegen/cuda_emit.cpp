@@ -73,6 +73,7 @@ private:
     std::string s_;
     std::vector<RingInfo> rings_;
     std::set<std::pair<int, int>> loads_;  // (input slot, lag) pairs read by the body
+    std::vector<bool> live_;               // instructions whose value an effect needs
 
     template <class... A>
     void line(int indent, fmt::format_string<A...> f, A&&... a) {
@@ -108,7 +109,6 @@ private:
             case Prim::Input:
                 slot(i, k_.inputs.size(), "input");
                 if (in.lag < 0) bad_ir(k_, i, "negative lag");
-                loads_.insert({in.slot, in.lag});
                 break;
             case Prim::RowInPass:
                 if (in.lag < 0) bad_ir(k_, i, "negative lag");
@@ -149,7 +149,7 @@ private:
                 operand(i, in.b, Type::F64);
                 break;
             case Prim::Neg: case Prim::Abs: case Prim::Sqrt: case Prim::Exp: case Prim::Log:
-            case Prim::Floor: case Prim::IsNaN:
+            case Prim::Floor: case Prim::Recip: case Prim::RSqrt: case Prim::IsNaN:
                 operand(i, in.a, Type::F64);
                 break;
             case Prim::And: case Prim::Or:
@@ -159,6 +159,11 @@ private:
             case Prim::Not: case Prim::BoolToF64:
                 operand(i, in.a, Type::Bool);
                 break;
+            case Prim::Fma:
+                operand(i, in.a, Type::F64);
+                operand(i, in.b, Type::F64);
+                operand(i, in.c, Type::F64);
+                break;
             case Prim::Select:
                 operand(i, in.a, Type::Bool);
                 operand(i, in.b, in.type);
@@ -167,6 +172,25 @@ private:
             }
         }
         for (RingInfo& r : rings_) r.in_regs = r.size <= o_.reg_ring_max;
+        // Liveness: effects are live, and so is every operand of a live instruction. Dead values are not
+        // emitted (NVRTC would warn about each, and parse them for nothing).
+        live_.assign(k_.body.size(), false);
+        for (std::size_t i = k_.body.size(); i-- > 0;) {
+            const Inst& in = k_.body[i];
+            if (in.op == Prim::StoreState || in.op == Prim::RingPush || in.op == Prim::Output) live_[i] = true;
+            if (!live_[i]) continue;
+            for (std::int32_t o : {in.a, in.b, in.c})
+                if (o >= 0) live_[static_cast<std::size_t>(o)] = true;
+        }
+        std::size_t n_live = 0;
+        for (std::size_t i = 0; i < k_.body.size(); ++i) {
+            n_live += live_[i];
+            if (live_[i] && k_.body[i].op == Prim::Input) loads_.insert({k_.body[i].slot, k_.body[i].lag});
+        }
+        // Each row of a batch is a copy of the body: big bodies (many fused outputs) batch fewer rows, so
+        // NVRTC's time stays reasonable; they have many loads per row in flight anyway.
+        if (n_live > 1500) U_ = 1;
+        else if (n_live > 600) U_ = std::min(U_, 2);
     }
 
     void header() {
@@ -279,7 +303,8 @@ private:
                 line(in, "rp{} = rp{} == {} ? 0 : rp{} + 1;", r, r, ri.size - 1, r);
             }
         }
-        for (std::size_t i = 0; i < k_.body.size(); ++i) inst(in, u, i);
+        for (std::size_t i = 0; i < k_.body.size(); ++i)
+            if (live_[i]) inst(in, u, i);
         line(ind, "}}");
     }
 
@@ -355,6 +380,10 @@ private:
         case Prim::Log: def(fmt::format("log({})", v(x.a))); break;
         case Prim::Pow: def(fmt::format("pow({}, {})", v(x.a), v(x.b))); break;
         case Prim::Floor: def(fmt::format("floor({})", v(x.a))); break;
+        // Correctly rounded 1/a without a division's extra steps; rsqrt is within 1 ulp (CUDA math API).
+        case Prim::Recip: def(fmt::format("__drcp_rn({})", v(x.a))); break;
+        case Prim::RSqrt: def(fmt::format("rsqrt({})", v(x.a))); break;
+        case Prim::Fma: def(fmt::format("fma({}, {}, {})", v(x.a), v(x.b), v(x.c))); break;  // kept by --fmad=false
         case Prim::CmpLT: def(fmt::format("{} < {}", v(x.a), v(x.b))); break;
         case Prim::CmpLE: def(fmt::format("{} <= {}", v(x.a), v(x.b))); break;
         case Prim::CmpGT: def(fmt::format("{} > {}", v(x.a), v(x.b))); break;
@@ -362,7 +391,15 @@ private:
         case Prim::CmpEQ: def(fmt::format("{} == {}", v(x.a), v(x.b))); break;
         case Prim::CmpONE: def(fmt::format("{} < {} || {} > {}", v(x.a), v(x.b), v(x.a), v(x.b))); break;
         case Prim::CmpUNE: def(fmt::format("!({} == {})", v(x.a), v(x.b))); break;
-        case Prim::IsNaN: def(fmt::format("{} != {}", v(x.a), v(x.a))); break;
+        case Prim::IsNaN:
+            // Of an input: test the loaded value itself (a float32 compare instead of a float64 one).
+            if (k_.body[x.a].op == Prim::Input) {
+                const std::string l = load_name(k_.body[x.a].slot, u - k_.body[x.a].lag);
+                def(fmt::format("{} != {}", l, l));
+            } else {
+                def(fmt::format("{} != {}", v(x.a), v(x.a)));
+            }
+            break;
         case Prim::And: def(fmt::format("{} && {}", v(x.a), v(x.b))); break;
         case Prim::Or: def(fmt::format("{} || {}", v(x.a), v(x.b))); break;
         case Prim::Not: def(fmt::format("!{}", v(x.a))); break;

@@ -48,6 +48,7 @@ enum class Type : std::uint8_t { F64, Bool, Void };
     /* Recip = 1/a, RSqrt = 1/sqrt(a), each within 4 ulp (backends may refine a hardware estimate); */   \
     /* for a = 0, inf or NaN the result is unspecified (NaN allowed): lowering masks those cases. */      \
     X(Recip) X(RSqrt)                                                                                     \
+    X(Fma)          /* a * b + c rounded once (exact products for double-double sums) */                  \
     /* comparisons -> Bool; ordered (false when either is NaN) except CmpUNE (true when either is NaN) */ \
     X(CmpLT) X(CmpLE) X(CmpGT) X(CmpGE) X(CmpEQ) X(CmpONE) X(CmpUNE)                                      \
     X(IsNaN)                                                                                              \

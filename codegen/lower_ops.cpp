@@ -46,13 +46,18 @@ int halo_of(const Node* n) {
 
 namespace {
 
+struct Dd {  // a double-double value, or a plain double when lo < 0
+    V hi, lo = -1;
+};
+
 // ---------------------------------------------------------------------------------------------------
 // The lowering context. Values are produced on demand, memoised by (node, lag): a pointwise node can
 // be evaluated at any lag by re-reading inputs; any other node only at lag 0, and its history comes
 // from a ring that is pushed right after the value is computed.
 class Lowering {
 public:
-    Lowering(ir::Kernel& k, const std::vector<const Node*>& roots) : k_(k), ir_(k) {
+    Lowering(ir::Kernel& k, const std::vector<const Node*>& roots, bool exact)
+        : k_(k), ir_(k), exact_(exact) {
         for (std::size_t i = 0; i < k.inputs.size(); ++i) input_slot_[k.inputs[i]] = static_cast<int>(i);
         plan_history(roots);
         plan_moment_groups(roots);
@@ -84,10 +89,15 @@ private:
     std::unordered_map<const Node*, int> ring_of_;
     std::set<std::pair<const Node*, int>> needs_second_moment_;  // (x, d) windows needing var/std
 
-    struct MomentGroup { V n, s1, s2, shift, is_const; };
+    struct MomentGroup {
+        V n, finite, infinities, signed_infinities, shift, s1v, m2n = -1, is_const = -1;
+        Dd s1, s2;
+    };
     std::map<std::pair<const Node*, int>, MomentGroup> moment_groups_;
-    struct PairGroup { V n, sx, sy, sxx, syy, sxy, const_x, const_y; };
+    struct PairGroup { V n, infinities, cxy, vx = -1, vy = -1, const_x = -1, const_y = -1; };
     std::map<std::tuple<const Node*, const Node*, int>, PairGroup> pair_groups_;
+    std::set<std::tuple<const Node*, const Node*, int>> needs_corr_;  // pairs whose variances are needed
+    bool exact_ = false;  // double-double sums (float64 panels)
 };
 
 std::string Lowering::label(const Node* n) const {
@@ -115,8 +125,10 @@ void Lowering::plan_history(const std::vector<const Node*>& roots) {
 }
 
 void Lowering::plan_moment_groups(const std::vector<const Node*>& roots) {
-    for (const Node* n : topo_order(roots))
+    for (const Node* n : topo_order(roots)) {
         if (n->op == Op::WVar || n->op == Op::WStd) needs_second_moment_.insert({n->args[0], n->d});
+        if (n->op == Op::WCorr) needs_corr_.insert({n->args[0], n->args[1], n->d});
+    }
 }
 
 V Lowering::value(const Node* n, int lag) {
@@ -250,18 +262,83 @@ V constancy(IrBuilder& ir, V x, V valid, V t, int d, const std::string& what) {
     return ir.lt(bc1, ir.sub(t, ir.constant(d - 1)));
 }
 
-// Running shifted sums. The shift (the first valid value of the pass) keeps the sums small for
-// price-like data, so float64 moments lose little to cancellation; each pass (time tile) re-seeds it.
-struct Accumulator {
-    IrBuilder& ir;
-    V in_valid, out_valid;
-    V add(int slot, V in, V out) {
-        V zero = ir.constant(0);
-        V delta = ir.sub(ir.select(in_valid, in, zero), ir.select(out_valid, out, zero));
-        V s = ir.add(ir.load(slot), delta);
-        ir.store(slot, s);
-        return s;
+// Running shifted sums of the finite values entering and leaving a window.
+//
+// The shift (the first finite value of the pass) keeps the sums small for price-like data; each pass
+// (time tile) re-seeds it. For float32 panels whose values stay within about 2^14 times their spread of
+// the shift, the shifted values, their squares and products are exact in float64 and so are their sums
+// (multiples of one quantum, far fewer than 2^53 of them): values leave the sums exactly as they
+// entered. Float64 panels have no such slack, and neither has a float32 column whose level moves far
+// within a tile (1e4, then 100 +- 1e-4): with exact sums (always for float64, CompileOptions::exact_sums
+// for float32) every sum is a double-double (TwoSum) fed with exact products (FMA), so leaving values
+// leave no residue, and the centred moments are formed as n*Sxx - Sx^2 in double-double too. Without
+// that, a nearly constant window after a varying stretch loses most of its digits.
+// Infinite values are counted, not summed: a window holding +inf sums to +inf, one with both signs to
+// NaN, and its variance is NaN, as the two-pass definition gives.
+class Sums {
+public:
+    Sums(IrBuilder& ir, bool exact, V in_valid, V out_valid)
+        : ir_(ir), exact_(exact), in_(in_valid), out_(out_valid), zero_(ir.constant(0)) {}
+
+    // Adds `in` (when in_valid) and removes `out` (when out_valid) from the sum kept in new states.
+    Dd add(const std::string& what, V in, V out) { return add_terms(what, {in, -1}, {out, -1}); }
+    // The same for the products a*b entering and c*d leaving, exactly when the sums are exact.
+    Dd add_product(const std::string& what, V a, V b, V c, V d) {
+        return add_terms(what, product(a, b), product(c, d));
     }
+    V count(const std::string& what) {  // small integers: exact in any precision
+        V one = ir_.constant(1);
+        V delta = ir_.sub(ir_.select(in_, one, zero_), ir_.select(out_, one, zero_));
+        int slot = ir_.new_state(0, what);
+        V n = ir_.add(ir_.load(slot), delta);
+        ir_.store(slot, n);
+        return n;
+    }
+    // n*a - b*c (the centred second moment times n), accurate where the terms cancel.
+    V centred(V n, Dd a, Dd b, Dd c) {
+        if (!exact_) return ir_.sub(ir_.mul(n, a.hi), ir_.mul(b.hi, c.hi));
+        Dd q = product(n, a.hi);
+        Dd p = product(b.hi, c.hi);
+        V q_lo = ir_.add(q.lo, ir_.mul(n, a.lo));
+        V p_lo = ir_.add(p.lo, ir_.add(ir_.mul(b.hi, c.lo), ir_.mul(b.lo, c.hi)));
+        return ir_.add(ir_.sub(q.hi, p.hi), ir_.sub(q_lo, p_lo));
+    }
+    V value(Dd s) { return exact_ ? ir_.add(s.hi, s.lo) : s.hi; }
+
+private:
+    Dd product(V a, V b) {
+        V p = ir_.mul(a, b);
+        if (!exact_) return {p, -1};
+        return {p, ir_.f(Prim::Fma, a, b, ir_.f(Prim::Neg, p))};  // a*b - p exactly
+    }
+    // (s, e) with s + e == a + b exactly.
+    std::pair<V, V> two_sum(V a, V b) {
+        V sum = ir_.add(a, b);
+        V bb = ir_.sub(sum, a);
+        V err = ir_.add(ir_.sub(a, ir_.sub(sum, bb)), ir_.sub(b, bb));
+        return {sum, err};
+    }
+    Dd add_terms(const std::string& what, Dd in, Dd out) {
+        V vin = ir_.select(in_, in.hi, zero_), vout = ir_.select(out_, out.hi, zero_);
+        int hi_slot = ir_.new_state(0, what);
+        if (!exact_) {
+            V s = ir_.add(ir_.load(hi_slot), ir_.sub(vin, vout));
+            ir_.store(hi_slot, s);
+            return {s, -1};
+        }
+        int lo_slot = ir_.new_state(0, what + " (low part)");
+        auto [s1, e1] = two_sum(ir_.load(hi_slot), vin);
+        auto [s2, e2] = two_sum(s1, ir_.f(Prim::Neg, vout));
+        V lo = ir_.add(ir_.load(lo_slot), ir_.add(e1, e2));
+        if (in.lo >= 0) lo = ir_.add(lo, ir_.sub(ir_.select(in_, in.lo, zero_), ir_.select(out_, out.lo, zero_)));
+        ir_.store(hi_slot, s2);
+        ir_.store(lo_slot, lo);
+        return {s2, lo};
+    }
+
+    IrBuilder& ir_;
+    bool exact_;
+    V in_, out_, zero_;
 };
 
 V shifted(IrBuilder& ir, int slot, V x, V valid) {
@@ -272,6 +349,8 @@ V shifted(IrBuilder& ir, int slot, V x, V valid) {
 }
 
 V at_least(IrBuilder& ir, V n, int m) { return ir.b(Prim::CmpGE, n, ir.constant(m)); }
+
+V is_finite(IrBuilder& ir, V x) { return ir.lt(ir.f(Prim::Abs, x), ir.constant(kInf)); }
 
 V Lowering::moments(const Node* node) {
     const Node* x = node->args[0];
@@ -285,35 +364,55 @@ V Lowering::moments(const Node* node) {
         V leave = history(x, d);
         V in_valid = ir_.notnan(xv);
         V out_valid = ir_.land(ir_.row_in_pass(d), ir_.notnan(leave));
-        V shift = shifted(ir_, ir_.new_state(std::numeric_limits<double>::quiet_NaN(), "shift " + what), xv, in_valid);
-        V yin = ir_.sub(xv, shift), yout = ir_.sub(leave, shift);
-        Accumulator acc{ir_, in_valid, out_valid};
+        V in_finite = is_finite(ir_, xv);
+        V out_finite = ir_.land(ir_.row_in_pass(d), is_finite(ir_, leave));
         MomentGroup g{};
+        g.n = Sums(ir_, false, in_valid, out_valid).count("n " + what);
+        // Infinities by sign: +inf counts +1, -inf counts -1 in `signed`, both count in `count`.
+        V in_inf = ir_.land(in_valid, ir_.lnot(in_finite)), out_inf = ir_.land(out_valid, ir_.lnot(out_finite));
+        Sums infs(ir_, false, in_inf, out_inf);
+        g.infinities = infs.count("infinities " + what);
+        V one = ir_.constant(1), minus_one = ir_.constant(-1), zero = ir_.constant(0);
+        g.signed_infinities = infs.add("signed infinities " + what, ir_.select(ir_.lt(zero, xv), one, minus_one),
+                                       ir_.select(ir_.lt(zero, leave), one, minus_one)).hi;
+        V shift = shifted(ir_, ir_.new_state(std::numeric_limits<double>::quiet_NaN(), "shift " + what), xv, in_finite);
+        V yin = ir_.sub(xv, shift), yout = ir_.sub(leave, shift);
+        Sums sums(ir_, exact_, in_finite, out_finite);
+        g.finite = sums.count("finite n " + what);
         g.shift = shift;
-        g.n = acc.add(ir_.new_state(0, "n " + what), ir_.constant(1), ir_.constant(1));
-        g.s1 = acc.add(ir_.new_state(0, "sum " + what), yin, yout);
+        g.s1 = sums.add("sum " + what, yin, yout);
         if (second) {
-            g.s2 = acc.add(ir_.new_state(0, "sum of squares " + what), ir_.mul(yin, yin), ir_.mul(yout, yout));
+            g.s2 = sums.add_product("sum of squares " + what, yin, yin, yout, yout);
+            g.m2n = sums.centred(g.finite, g.s2, g.s1, g.s1);
             g.is_const = constancy(ir_, xv, in_valid, ir_.row(), d, what);
         }
+        g.s1v = sums.value(g.s1);
         it = moment_groups_.emplace(key, g).first;
     }
     const MomentGroup& g = it->second;
     const int minp = node->min_periods;
     V nan = ir_.nan(), zero = ir_.constant(0);
+    V any_inf = ir_.lt(zero, g.infinities);
+    // The sum's infinite part: +inf, -inf, or NaN when both signs are in the window.
+    V inf_part = ir_.select(ir_.b(Prim::CmpEQ, g.signed_infinities, g.infinities), ir_.constant(kInf),
+                            ir_.select(ir_.b(Prim::CmpEQ, ir_.f(Prim::Neg, g.signed_infinities), g.infinities),
+                                       ir_.constant(-kInf), nan));
     switch (node->op) {
     case Op::WCount: return g.n;
     case Op::WSum: {
-        V s = ir_.select(at_least(ir_, g.n, 1), ir_.add(g.s1, ir_.mul(g.n, g.shift)), zero);
-        return ir_.select(at_least(ir_, g.n, minp), s, nan);
+        V s = ir_.select(at_least(ir_, g.finite, 1), ir_.add(g.s1v, ir_.mul(g.finite, g.shift)), zero);
+        return ir_.select(at_least(ir_, g.n, minp), ir_.select(any_inf, inf_part, s), nan);
     }
-    case Op::WMean:
-        return ir_.select(at_least(ir_, g.n, std::max(minp, 1)), ir_.add(g.shift, ir_.mul(g.s1, ir_.f(Prim::Recip, g.n))), nan);
+    case Op::WMean: {
+        V m = ir_.add(g.shift, ir_.mul(g.s1v, ir_.f(Prim::Recip, g.finite)));
+        return ir_.select(at_least(ir_, g.n, std::max(minp, 1)), ir_.select(any_inf, inf_part, m), nan);
+    }
     case Op::WVar:
     case Op::WStd: {
-        V m2 = ir_.sub(g.s2, ir_.mul(ir_.mul(g.s1, g.s1), ir_.f(Prim::Recip, g.n)));
-        V var = ir_.mul(ir_.select(ir_.lt(zero, m2), m2, zero), ir_.f(Prim::Recip, ir_.sub(g.n, ir_.constant(1))));
-        var = ir_.select(g.is_const, zero, var);
+        // var = (n Sxx - Sx^2) / (n (n - 1))
+        V var = ir_.mul(ir_.select(ir_.lt(zero, g.m2n), g.m2n, zero),
+                        ir_.f(Prim::Recip, ir_.mul(g.n, ir_.sub(g.n, ir_.constant(1)))));
+        var = ir_.select(g.is_const, zero, ir_.select(any_inf, nan, var));
         V r = node->op == Op::WStd ? ir_.f(Prim::Sqrt, var) : var;
         return ir_.select(at_least(ir_, g.n, std::max(minp, 2)), r, nan);
     }
@@ -334,43 +433,48 @@ V Lowering::pair_moments(const Node* node) {
         V lx = history(x, d), ly = history(y, d);
         V in_valid = ir_.land(ir_.notnan(xv), ir_.notnan(yv));
         V out_valid = ir_.land(ir_.row_in_pass(d), ir_.land(ir_.notnan(lx), ir_.notnan(ly)));
+        V in_finite = ir_.land(is_finite(ir_, xv), is_finite(ir_, yv));
+        V out_finite = ir_.land(ir_.row_in_pass(d), ir_.land(is_finite(ir_, lx), is_finite(ir_, ly)));
+        PairGroup g{};
+        g.n = Sums(ir_, false, in_valid, out_valid).count("n " + what);
+        g.infinities = Sums(ir_, false, ir_.land(in_valid, ir_.lnot(in_finite)),
+                            ir_.land(out_valid, ir_.lnot(out_finite))).count("infinities " + what);
         const double qnan = std::numeric_limits<double>::quiet_NaN();
-        V shx = shifted(ir_, ir_.new_state(qnan, "shift x " + what), xv, in_valid);
-        V shy = shifted(ir_, ir_.new_state(qnan, "shift y " + what), yv, in_valid);
+        V shx = shifted(ir_, ir_.new_state(qnan, "shift x " + what), xv, in_finite);
+        V shy = shifted(ir_, ir_.new_state(qnan, "shift y " + what), yv, in_finite);
         V xi = ir_.sub(xv, shx), xo = ir_.sub(lx, shx);
         V yi = ir_.sub(yv, shy), yo = ir_.sub(ly, shy);
-        Accumulator acc{ir_, in_valid, out_valid};
-        PairGroup g{};
-        g.n = acc.add(ir_.new_state(0, "n " + what), ir_.constant(1), ir_.constant(1));
-        g.sx = acc.add(ir_.new_state(0, "sum x " + what), xi, xo);
-        g.sy = acc.add(ir_.new_state(0, "sum y " + what), yi, yo);
-        g.sxy = acc.add(ir_.new_state(0, "sum xy " + what), ir_.mul(xi, yi), ir_.mul(xo, yo));
-        // Pair keys are per (x, y, d): corr and cov of the same windows share one group, so the
-        // second-moment sums are built when the group is; LLVM and NVRTC drop them if only cov reads them.
-        g.sxx = acc.add(ir_.new_state(0, "sum xx " + what), ir_.mul(xi, xi), ir_.mul(xo, xo));
-        g.syy = acc.add(ir_.new_state(0, "sum yy " + what), ir_.mul(yi, yi), ir_.mul(yo, yo));
-        V t = ir_.row();
-        V xin = ir_.select(in_valid, xv, ir_.nan()), yin = ir_.select(in_valid, yv, ir_.nan());
-        g.const_x = constancy(ir_, xin, in_valid, t, d, "x " + what);
-        g.const_y = constancy(ir_, yin, in_valid, t, d, "y " + what);
+        Sums sums(ir_, exact_, in_finite, out_finite);
+        V nf = sums.count("finite n " + what);
+        Dd sx = sums.add("sum x " + what, xi, xo);
+        Dd sy = sums.add("sum y " + what, yi, yo);
+        Dd sxy = sums.add_product("sum xy " + what, xi, yi, xo, yo);
+        g.cxy = sums.centred(nf, sxy, sx, sy);
+        if (needs_corr_.count(key)) {
+            Dd sxx = sums.add_product("sum xx " + what, xi, xi, xo, xo);
+            Dd syy = sums.add_product("sum yy " + what, yi, yi, yo, yo);
+            g.vx = sums.centred(nf, sxx, sx, sx);
+            g.vy = sums.centred(nf, syy, sy, sy);
+            V t = ir_.row();
+            V xin = ir_.select(in_valid, xv, ir_.nan()), yin = ir_.select(in_valid, yv, ir_.nan());
+            g.const_x = constancy(ir_, xin, in_valid, t, d, "x " + what);
+            g.const_y = constancy(ir_, yin, in_valid, t, d, "y " + what);
+        }
         it = pair_groups_.emplace(key, g).first;
     }
     const PairGroup& g = it->second;
     V nan = ir_.nan(), zero = ir_.constant(0);
-    V enough = at_least(ir_, g.n, std::max(node->min_periods, 2));
-    // Divisions and square roots cost more than the rest of the update together on a CPU: use
-    // reciprocal estimates refined to a few ulp, on values the selects below keep away from 0 and NaN.
-    V inv_n = ir_.f(Prim::Recip, g.n);
-    V cxy = ir_.sub(g.sxy, ir_.mul(ir_.mul(g.sx, g.sy), inv_n));
-    if (node->op == Op::WCov)
-        return ir_.select(enough, ir_.mul(cxy, ir_.f(Prim::Recip, ir_.sub(g.n, ir_.constant(1)))), nan);
-    V vx = ir_.sub(g.sxx, ir_.mul(ir_.mul(g.sx, g.sx), inv_n));
-    V vy = ir_.sub(g.syy, ir_.mul(ir_.mul(g.sy, g.sy), inv_n));
-    V r = ir_.mul(cxy, ir_.f(Prim::RSqrt, ir_.mul(vx, vy)));
+    V enough = ir_.land(at_least(ir_, g.n, std::max(node->min_periods, 2)), ir_.b(Prim::CmpEQ, g.infinities, zero));
+    if (node->op == Op::WCov)  // (n Sxy - Sx Sy) / (n (n - 1))
+        return ir_.select(enough, ir_.mul(g.cxy, ir_.f(Prim::Recip, ir_.mul(g.n, ir_.sub(g.n, ir_.constant(1))))), nan);
+    // corr = (n Sxy - Sx Sy) / sqrt((n Sxx - Sx^2)(n Syy - Sy^2)). Divisions and square roots cost more than
+    // the whole update on a CPU: a reciprocal square root estimate refined to a few ulp, on values the
+    // selects below keep away from 0 and NaN.
+    V r = ir_.mul(g.cxy, ir_.f(Prim::RSqrt, ir_.mul(g.vx, g.vy)));
     V one = ir_.constant(1), minus_one = ir_.constant(-1);
     r = ir_.select(ir_.lt(one, r), one, ir_.select(ir_.lt(r, minus_one), minus_one, r));
     V degenerate = ir_.lor(ir_.lor(g.const_x, g.const_y),
-                           ir_.lor(ir_.b(Prim::CmpLE, vx, zero), ir_.b(Prim::CmpLE, vy, zero)));
+                           ir_.lor(ir_.b(Prim::CmpLE, g.vx, zero), ir_.b(Prim::CmpLE, g.vy, zero)));
     return ir_.select(ir_.land(enough, ir_.lnot(degenerate)), r, nan);
 }
 
@@ -385,8 +489,7 @@ V Lowering::extreme(const Node* node, bool is_max) {
     const int ring = ring_of_.at(x);
     V leave = ir_.ring_read(ring, d);
     V in_valid = ir_.notnan(xv);
-    Accumulator acc{ir_, in_valid, ir_.notnan(leave)};
-    V n = acc.add(ir_.new_state(0, "n " + what), ir_.constant(1), ir_.constant(1));
+    V n = Sums(ir_, false, in_valid, ir_.notnan(leave)).count("n " + what);
     int cur_slot = ir_.new_state(std::numeric_limits<double>::quiet_NaN(), "extreme " + what);
     int row_slot = ir_.new_state(-kInf, "row of extreme " + what);
     V cur = ir_.load(cur_slot), cur_row = ir_.load(row_slot), t = ir_.row();
@@ -405,8 +508,8 @@ V Lowering::extreme(const Node* node, bool is_max) {
 
 }  // namespace
 
-void lower_region(const std::vector<const Node*>& roots, ir::Kernel& kernel) {
-    Lowering l(kernel, roots);
+void lower_region(const std::vector<const Node*>& roots, bool exact_sums, ir::Kernel& kernel) {
+    Lowering l(kernel, roots, exact_sums);
     std::vector<V> outs;
     for (const Node* r : roots) outs.push_back(l.value(r, 0));
     for (std::size_t i = 0; i < outs.size(); ++i) l.ir().output(static_cast<int>(i), outs[i]);

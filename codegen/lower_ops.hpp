@@ -11,7 +11,8 @@ namespace fj::codegen {
 
 // Appends to `kernel` the instructions computing `roots[i]` into output slot i. kernel.inputs must
 // already list every input the roots read; states, rings, halo and max_input_lag are filled in.
-void lower_region(const std::vector<const Node*>& roots, ir::Kernel& kernel);
+// exact_sums: window sums kept as double-double (see lower_ops.cpp, "Running shifted sums").
+void lower_region(const std::vector<const Node*>& roots, bool exact_sums, ir::Kernel& kernel);
 
 // Rows of warm-up a node needs before its value is exact (Halide-style bounds inference):
 // window(x, d) adds d - 1 to x's, delay(x, k) adds k unless x can be re-read at any lag.

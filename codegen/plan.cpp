@@ -32,9 +32,11 @@ std::string kernel_name(const std::vector<const Node*>& roots, std::size_t regio
 
 }  // namespace
 
-Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs) {
+Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs, DType dtype, Sums sums) {
     if (outputs.empty()) throw ExprError("compile: a program needs at least one output");
     Plan plan;
+    plan.dtype = dtype;
+    plan.exact_sums = dtype == DType::F64 || sums == Sums::Exact;
     std::set<std::string> names;
     std::vector<const Node*> roots;
     for (const auto& [name, e] : outputs) {
@@ -52,10 +54,10 @@ Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs) {
     // operators will split here: a region ends where one of them consumes its result.
     Region region;
     region.roots = roots;
-    region.kernel.name = kernel_name(roots, 0);
+    region.kernel.name = kernel_name(roots, 0) + (plan.exact_sums ? "_x" : "");
     region.kernel.inputs = plan.inputs;
     region.kernel.outputs = plan.outputs;
-    lower_region(roots, region.kernel);
+    lower_region(roots, plan.exact_sums, region.kernel);
     plan.halo = region.kernel.halo;
     plan.regions.push_back(std::move(region));
     return plan;
@@ -67,8 +69,9 @@ std::string explain(const Plan& plan) {
                                   plan.regions.size());
     for (std::size_t i = 0; i < plan.regions.size(); ++i) {
         const Region& r = plan.regions[i];
-        out += fmt::format("region {}: time series, halo {} rows, {} state(s), {} ring(s), {} instruction(s)\n", i,
-                           r.kernel.halo, r.kernel.states.size(), r.kernel.rings.size(), r.kernel.body.size());
+        out += fmt::format("region {}: time series, halo {} rows, {} state(s), {} ring(s), {} instruction(s), {} sums\n",
+                           i, r.kernel.halo, r.kernel.states.size(), r.kernel.rings.size(), r.kernel.body.size(),
+                           plan.exact_sums ? "exact (double-double)" : "float64");
         for (std::size_t k = 0; k < r.roots.size(); ++k)
             out += fmt::format("  {} = {}\n", r.kernel.outputs[k], Expr(r.roots[k]).str());
         out += r.kernel.dump();

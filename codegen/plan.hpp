@@ -13,6 +13,7 @@
 
 #include "codegen/kernel_ir.hpp"
 #include "dsl/expr.hpp"
+#include "runtime/panel.hpp"
 
 namespace fj::codegen {
 
@@ -26,9 +27,15 @@ struct Plan {
     std::vector<std::string> outputs;  // the program's outputs, in the order given
     std::vector<Region> regions;       // in execution order
     std::int32_t halo = 0;             // the largest halo of any region
+    DType dtype = DType::F32;          // the panels' dtype the kernels were lowered for
+    bool exact_sums = false;           // window sums kept as double-double
 };
 
-Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs);
+// How window sums are kept: exact (double-double) for float64 panels, or when asked for float32 too.
+enum class Sums : std::uint8_t { Auto, Exact };
+
+Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs, DType dtype = DType::F32,
+               Sums sums = Sums::Auto);
 
 std::string explain(const Plan& plan);
 

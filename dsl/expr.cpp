@@ -1,6 +1,8 @@
 #include "dsl/expr.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -74,6 +76,12 @@ void require(const Expr& e, Op op, int index) {
         throw ExprError(fmt::format("{}: argument {} is an empty expression", op_name(op), index + 1));
 }
 
+// adv{d} is the formula spelling of ts_mean(volume, d): an input of that name could not be written.
+bool is_adv_name(const std::string& s) {
+    return s.size() > 3 && s.compare(0, 3, "adv") == 0 &&
+           std::all_of(s.begin() + 3, s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+}
+
 }  // namespace
 
 Expr::Expr(double value) { *this = constant(value); }
@@ -81,6 +89,8 @@ Expr::Expr(double value) { *this = constant(value); }
 Expr input(const std::string& name) {
     if (!valid_identifier(name))
         throw ExprError(fmt::format("input: '{}' is not a valid input name (letters, digits, '_', '.')", name));
+    if (is_adv_name(name))
+        throw ExprError(fmt::format("input: '{}' is reserved: formulas read it as ts_mean(volume, {})", name, name.substr(3)));
     Node n;
     n.op = Op::Input;
     n.name = name;
@@ -90,7 +100,8 @@ Expr input(const std::string& name) {
 Expr constant(double value) {
     Node n;
     n.op = Op::Const;
-    n.value = value == 0 ? 0.0 : value;  // -0 and 0 are one constant
+    // -0 and 0 are one constant; every NaN is one constant (x86 makes negative NaNs).
+    n.value = value == 0 ? 0.0 : std::isnan(value) ? std::numeric_limits<double>::quiet_NaN() : value;
     return Expr(pool().intern(std::move(n)));
 }
 
@@ -117,6 +128,8 @@ Expr make(Op op, std::vector<Expr> args, int d, int min_periods) {
         n.d = d;
         n.min_periods = op == Op::WCount ? 0 : min_periods;  // count is never NaN
     }
+    // -c is the constant -c, so -1 * x built in C++ and "-1 * x" parsed are one node.
+    if (op == Op::Neg && args[0].op() == Op::Const) return constant(-args[0].node()->value);
     for (const Expr& a : args) n.args.push_back(a.node());
     return Expr(pool().intern(std::move(n)));
 }

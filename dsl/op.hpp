@@ -36,8 +36,8 @@ enum class OpKind : std::uint8_t {
     X(Div,           "div",          Elementwise,  2,    "/")                     \
     X(Pow,           "pow",          Elementwise,  2,    nullptr)                 \
     X(SignedPower,   "signedpower",  Elementwise,  2,    nullptr)                 \
-    X(Min,           "min",          Elementwise,  2,    nullptr)                 \
-    X(Max,           "max",          Elementwise,  2,    nullptr)                 \
+    X(Min,           "fmin",         Elementwise,  2,    nullptr) /* min(x, y) */ \
+    X(Max,           "fmax",         Elementwise,  2,    nullptr) /* max(x, y) */ \
     X(Lt,            "lt",           Elementwise,  2,    "<")                     \
     X(Le,            "le",           Elementwise,  2,    "<=")                    \
     X(Gt,            "gt",           Elementwise,  2,    ">")                     \

@@ -26,18 +26,27 @@ BackendImpl* cuda_backend(std::string* why_not) {
 }  // namespace rt
 
 struct Program::Impl {
-    codegen::Plan plan;
+    std::vector<std::pair<std::string, Expr>> outputs;
+    codegen::Plan plan;  // for float32 panels; names, inputs and explain() come from it
     CompileOptions options;
     Backend backend = Backend::Cpu;
     rt::BackendImpl* impl = nullptr;
     std::mutex mutex;
-    std::unique_ptr<rt::Executable> executables[2];  // by dtype, compiled on first run of that dtype
+    // By dtype, made on the first run of that dtype: float64 kernels keep exact sums, so they differ.
+    std::unique_ptr<codegen::Plan> plans[2];
+    std::unique_ptr<rt::Executable> executables[2];
 
     rt::Executable& executable(DType dtype) {
         std::lock_guard<std::mutex> lock(mutex);
-        auto& e = executables[static_cast<int>(dtype)];
-        if (!e) e = impl->prepare(plan, dtype, options);
-        return *e;
+        const int k = static_cast<int>(dtype);
+        if (!executables[k]) {
+            plans[k] = std::make_unique<codegen::Plan>(
+                dtype == DType::F32 && !options.exact_sums
+                    ? plan
+                    : codegen::make_plan(outputs, dtype, options.exact_sums ? codegen::Sums::Exact : codegen::Sums::Auto));
+            executables[k] = impl->prepare(*plans[k], dtype, options);
+        }
+        return *executables[k];
     }
 };
 
@@ -93,7 +102,8 @@ bool overlaps(const Panel& a, const Panel& b) {
 
 Program compile(const std::vector<std::pair<std::string, Expr>>& outputs, const CompileOptions& options) {
     auto impl = std::make_shared<Program::Impl>();
-    impl->plan = codegen::make_plan(outputs);
+    impl->outputs = outputs;
+    impl->plan = codegen::make_plan(outputs, DType::F32);
     impl->options = options;
     impl->impl = choose_backend(options.backend, impl->backend);
     return Program(impl);

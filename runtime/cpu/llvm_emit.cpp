@@ -312,6 +312,7 @@ private:
         case Prim::Log: return intrinsic(llvm::Intrinsic::log, {A()});
         case Prim::Pow: return intrinsic(llvm::Intrinsic::pow, {A(), B()});
         case Prim::Floor: return intrinsic(llvm::Intrinsic::floor, {A()});
+        case Prim::Fma: return intrinsic(llvm::Intrinsic::fma, {A(), B(), vals_[in.c]});
         case Prim::Recip: return reciprocal(A(), false);
         case Prim::RSqrt: return reciprocal(A(), true);
         case Prim::CmpLT: return b_.CreateFCmpOLT(A(), B());

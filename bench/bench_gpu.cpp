@@ -1,0 +1,567 @@
+// GPU benchmarks of TARGETS.md: G1, G4, G5, J1, J2, J3 (run by bench/gpu_run.sh on the GPU machine).
+//
+//   bench_gpu [--quick]        all cases, a table last ("--quick": smaller G1/G4 panels)
+//   bench_gpu --j3             internal: one cold-or-warm process for J3 (prints "J3 ms")
+//
+// Method (TARGETS.md, METHOD.md): data generated on the device (price-like random walks around 100 and a
+// correlated partner, never zeros), warm-up first, median of >= 5 timed runs with CUDA events on the
+// legacy default stream (the backend's blocking stream orders itself after them), the copy floor measured
+// in the same run with cuMemcpyDtoD (bytes read + written), and nvidia-smi's SM clock, temperature,
+// power and throttle reasons sampled while each case runs. Results are checked: G1's output against a
+// float64 two-pass reference on columns spread over the panel, the last ones included (indices beyond
+// 2^31 elements). Environment knobs swept here: FJ_CUDA_UNROLL, FJ_CUDA_FMAD, FJ_CUDA_BLOCK, tile rows.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "factorjit.hpp"
+
+#ifdef FJ_WITH_CUDA
+#include "codegen/plan.hpp"
+#include "runtime/backend.hpp"
+#include "runtime/cuda/cuda_api.hpp"
+#include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/cuda/nvrtc_compile.hpp"
+
+namespace {
+
+namespace cu = fj::rt::cuda;
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? NAN : v[v.size() / 2];
+}
+
+// ---- telemetry: nvidia-smi sampled while a case runs -------------------------------------------------
+std::string smi_once() {
+    for (const char* q : {"clocks.sm,temperature.gpu,power.draw,clocks_throttle_reasons.active",
+                          "clocks.sm,temperature.gpu,power.draw,clocks_event_reasons.active"}) {
+        const std::string cmd = std::string("nvidia-smi --query-gpu=") + q + " --format=csv,noheader 2>/dev/null";
+        FILE* f = popen(cmd.c_str(), "r");
+        if (!f) continue;
+        char buf[256] = {};
+        const bool got = std::fgets(buf, sizeof buf, f) != nullptr;
+        const int rc = pclose(f);
+        if (got && rc == 0) {
+            std::string s = buf;
+            while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+            return s;
+        }
+    }
+    return "nvidia-smi unavailable";
+}
+
+// Samples once, `delay_ms` after construction, on its own thread.
+class Telemetry {
+public:
+    explicit Telemetry(int delay_ms = 30) : t_([this, delay_ms] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+        sample_ = smi_once();
+    }) {}
+    std::string get() {
+        if (t_.joinable()) t_.join();
+        return sample_;
+    }
+    ~Telemetry() {
+        if (t_.joinable()) t_.join();
+    }
+
+private:
+    std::string sample_;
+    std::thread t_;
+};
+
+// ---- device buffers and events ----------------------------------------------------------------------
+struct DevBuf {
+    cu::CUdeviceptr p = 0;
+    std::size_t bytes = 0;
+    explicit DevBuf(std::size_t n) : bytes(n) { FJ_CU(cuMemAlloc, &p, n); }
+    ~DevBuf() { cu::driver_api().cuMemFree(p); }
+};
+
+struct Events {
+    cu::CUevent a = nullptr, b = nullptr;
+    Events() {
+        FJ_CU(cuEventCreate, &a, cu::CU_EVENT_DEFAULT);
+        FJ_CU(cuEventCreate, &b, cu::CU_EVENT_DEFAULT);
+    }
+    ~Events() {
+        cu::driver_api().cuEventDestroy(a);
+        cu::driver_api().cuEventDestroy(b);
+    }
+    void start() { FJ_CU(cuEventRecord, a, nullptr); }
+    double stop_ms() {
+        FJ_CU(cuEventRecord, b, nullptr);
+        FJ_CU(cuEventSynchronize, b);
+        float ms = 0;
+        FJ_CU(cuEventElapsedTime, &ms, a, b);
+        return ms;
+    }
+};
+
+// ---- data: generated on the device ---------------------------------------------------------------------
+const char* kGenSource = R"(
+__device__ unsigned long long mixbits(unsigned long long z) {
+    z += 0x9e3779b97f4a7c15ULL; z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL; return z ^ (z >> 31);
+}
+// Box-Muller in float32 with the fast intrinsics: this is test data, and generating 2.5e9 values in
+// double-precision transcendentals would take seconds.
+__device__ float unif(unsigned long long k) { return ((unsigned)(mixbits(k) >> 40) + 0.5f) * (1.0f / 16777216.0f); }
+__device__ float gauss(unsigned long long k) {
+    const unsigned long long h = mixbits(k);
+    const float u1 = ((unsigned)(h >> 40) + 0.5f) * (1.0f / 16777216.0f);
+    const float u2 = ((unsigned)(h & 0xffffffu) + 0.5f) * (1.0f / 16777216.0f);
+    return sqrtf(-2.0f * __logf(u1)) * __cosf(6.2831853f * u2);
+}
+// A: a random walk around 100 per column (steps 0.1 N(0,1)); B = 0.5 A + N(0,1). Row-major, ld = cols.
+extern "C" __global__ void fj_bench_gen(float* a, float* b, long long rows, long long cols, unsigned long long seed) {
+    const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= cols) return;
+    const unsigned long long base = (seed * 0x100000001b3ULL + (unsigned long long)j) * 0x2545F4914F6CDD1DULL;
+    double p = 100.0 + 5.0 * gauss(base);
+    for (long long t = 0; t < rows; ++t) {
+        const unsigned long long k = base + 2ULL * (unsigned long long)t * 0x9E3779B97F4A7C15ULL;
+        p += 0.1 * gauss(k);
+        a[t * cols + j] = (float)p;
+        b[t * cols + j] = (float)(0.5 * p + gauss(k + 1));
+    }
+}
+)";
+
+cu::CUfunction gen_kernel() {
+    static cu::CUfunction f = [] {
+        const cu::Device& d = *cu::device();
+        cu::NvrtcOutput o = cu::nvrtc_compile(kGenSource, "fj_bench_gen", fj::codegen::cuda_compile_options(d.arch(), false),
+                                              true, "");
+        cu::CUmodule m = nullptr;
+        cu::CUfunction fn = nullptr;
+        FJ_CU(cuModuleLoadData, &m, o.image.data());
+        FJ_CU(cuModuleGetFunction, &fn, m, "fj_bench_gen");
+        return fn;
+    }();
+    return f;
+}
+
+void generate(cu::CUdeviceptr a, cu::CUdeviceptr b, long long rows, long long cols, unsigned long long seed) {
+    void* args[] = {&a, &b, &rows, &cols, &seed};
+    const unsigned grid = static_cast<unsigned>((cols + 127) / 128);
+    FJ_CU(cuLaunchKernel, gen_kernel(), grid, 1u, 1u, 128u, 1u, 1u, 0u, nullptr, args, nullptr);
+    FJ_CU(cuCtxSynchronize);
+}
+
+// Copy bandwidth: DtoD of `bytes`, counting bytes read + written.
+double copy_bandwidth(cu::CUdeviceptr dst, cu::CUdeviceptr src, std::size_t bytes, std::string* smi) {
+    Events ev;
+    FJ_CU(cuMemcpyDtoD, dst, src, bytes);
+    FJ_CU(cuCtxSynchronize);
+    std::vector<double> ts;
+    Telemetry tel;
+    for (int r = 0; r < 7; ++r) {
+        ev.start();
+        FJ_CU(cuMemcpyDtoDAsync, dst, src, bytes, nullptr);
+        ts.push_back(ev.stop_ms());
+    }
+    *smi = tel.get();
+    return 2.0 * static_cast<double>(bytes) / (median(ts) * 1e-3);
+}
+
+// One column of a device panel, to the host, as double.
+std::vector<double> column(cu::CUdeviceptr p, long long rows, long long cols, long long j) {
+    std::vector<float> f(static_cast<std::size_t>(rows));
+    cu::CUDA_MEMCPY2D c;
+    c.srcMemoryType = cu::CU_MEMORYTYPE_DEVICE;
+    c.srcDevice = p + static_cast<cu::CUdeviceptr>(j) * 4;
+    c.srcPitch = static_cast<std::size_t>(cols) * 4;
+    c.dstMemoryType = cu::CU_MEMORYTYPE_HOST;
+    c.dstHost = f.data();
+    c.dstPitch = 4;
+    c.WidthInBytes = 4;
+    c.Height = static_cast<std::size_t>(rows);
+    FJ_CU(cuMemcpy2DAsync, &c, nullptr);
+    FJ_CU(cuCtxSynchronize);
+    return std::vector<double>(f.begin(), f.end());
+}
+
+struct Check {
+    double max_abs = 0, rel_frob = 0;
+    long long nan_mismatch = 0;
+};
+
+// corr of columns against a float64 two-pass reference, window w.
+Check check_corr(cu::CUdeviceptr a, cu::CUdeviceptr b, cu::CUdeviceptr out, long long rows, long long cols, int w) {
+    Check c;
+    long double e2 = 0, r2 = 0;
+    std::vector<long long> js = {0, 1, cols / 3, cols / 2 + 7, cols - 2, cols - 1};
+    for (long long j : js) {
+        if (j < 0 || j >= cols) continue;
+        const auto x = column(a, rows, cols, j), y = column(b, rows, cols, j), o = column(out, rows, cols, j);
+        for (long long t = 0; t < rows; ++t) {
+            double ref = NAN;
+            if (t >= w - 1) {
+                double mx = 0, my = 0;
+                for (long long k = t - w + 1; k <= t; ++k) mx += x[k], my += y[k];
+                mx /= w;
+                my /= w;
+                double sxy = 0, sxx = 0, syy = 0;
+                for (long long k = t - w + 1; k <= t; ++k) {
+                    sxy += (x[k] - mx) * (y[k] - my);
+                    sxx += (x[k] - mx) * (x[k] - mx);
+                    syy += (y[k] - my) * (y[k] - my);
+                }
+                ref = sxy / std::sqrt(sxx * syy);
+            }
+            if (std::isnan(ref) != std::isnan(o[t])) {
+                ++c.nan_mismatch;
+                continue;
+            }
+            if (std::isnan(ref)) continue;
+            c.max_abs = std::max(c.max_abs, std::fabs(o[t] - ref));
+            e2 += (o[t] - ref) * (o[t] - ref);
+            r2 += ref * ref;
+        }
+    }
+    c.rel_frob = r2 > 0 ? static_cast<double>(std::sqrt(e2 / r2)) : 0;
+    return c;
+}
+
+struct Row {
+    std::string id, what;
+    double ms = NAN, floor_ms = NAN;
+    std::string note, smi;
+};
+std::vector<Row> g_rows;
+
+void print_row(const Row& r) {
+    std::printf("%-4s | %-52s | %9.3f ms | floor %8.3f ms | x%5.2f | %s | smi: %s\n", r.id.c_str(), r.what.c_str(), r.ms,
+                r.floor_ms, r.ms / r.floor_ms, r.note.c_str(), r.smi.c_str());
+    std::fflush(stdout);
+}
+
+// Times program.run on device panels: events (on the legacy stream) and wall clock, median of reps.
+struct Timing {
+    double event_ms = NAN, wall_ms = NAN;
+    std::string smi;
+};
+Timing time_run(const fj::Program& p, const std::map<std::string, fj::Panel>& in,
+                const std::map<std::string, fj::Panel>& out, int reps, int warm = 2) {
+    for (int i = 0; i < warm; ++i) p.run(in, out);
+    Events ev;
+    std::vector<double> e, w;
+    Telemetry tel;
+    for (int i = 0; i < reps; ++i) {
+        const auto t0 = Clock::now();
+        ev.start();
+        p.run(in, out);
+        e.push_back(ev.stop_ms());
+        w.push_back(ms_since(t0));
+    }
+    return {median(e), median(w), tel.get()};
+}
+
+fj::Expr corr_w(int w) {
+    const fj::Expr A = fj::input("A"), B = fj::input("B");
+    return fj::corr(fj::window(A, w), fj::window(B, w));
+}
+
+void setenv_or_unset(const char* name, const std::string& v) {
+    if (v.empty()) ::unsetenv(name);
+    else ::setenv(name, v.c_str(), 1);
+}
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+// The launch line of explain() ("grid ... tile(s) of ... rows") and the kernel line's registers.
+std::string launch_summary(const fj::Program& p) {
+    const std::string e = p.explain();
+    std::string regs, launch;
+    auto k = e.find("  kernel fj_");
+    if (k != std::string::npos) {
+        auto r = e.find(" registers", k);
+        auto c = e.rfind(", ", r);
+        if (r != std::string::npos && c != std::string::npos) regs = e.substr(c + 2, r - c - 2) + " regs";
+    }
+    auto l = e.find("last launch: ");
+    if (l != std::string::npos) launch = first_line(e.substr(l + 13));
+    return regs + ", " + launch;
+}
+
+int j3_child() {
+    // Device and driver first: their start-up is not JIT work.
+    std::string why;
+    if (!fj::rt::cuda_backend(&why)) {
+        std::printf("J3 unavailable: %s\n", why.c_str());
+        return 1;
+    }
+    const cu::Device& d = *cu::device();
+    cu::make_current(d);
+    std::vector<float> a(64 * 32, 1.0f), b(64 * 32, 2.0f), o(64 * 32);
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = 100.0f + static_cast<float>(i % 7), b[i] = static_cast<float>(i % 5);
+    fj::CompileOptions opt;
+    opt.backend = fj::Backend::Cuda;
+    const auto t0 = Clock::now();
+    fj::Program p = fj::compile({{"c", corr_w(20)}, {"s", fj::std(fj::window(fj::input("A"), 250))}}, opt);
+    const std::map<std::string, fj::Panel> in = {{"A", fj::Panel::host(a.data(), 64, 32)}, {"B", fj::Panel::host(b.data(), 64, 32)}};
+    std::vector<float> o2(64 * 32);
+    const std::map<std::string, fj::Panel> out = {{"c", fj::Panel::host(o.data(), 64, 32)}, {"s", fj::Panel::host(o2.data(), 64, 32)}};
+    p.run(in, out);
+    const double first = ms_since(t0);
+    std::vector<double> steady;
+    for (int i = 0; i < 20; ++i) {
+        const auto t1 = Clock::now();
+        p.run(in, out);
+        steady.push_back(ms_since(t1));
+    }
+    const std::string e = p.explain();
+    const bool from_disk = e.find(": disk") != std::string::npos;
+    std::printf("J3 %.3f ms (first run %.3f ms, steady run %.3f ms, kernels from %s)\n", first - median(steady), first,
+                median(steady), from_disk ? "disk" : "compiler");
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+    if (argc > 1 && std::string(argv[1]) == "--j3") return j3_child();
+    try {
+        std::string why;
+        if (!fj::rt::cuda_backend(&why)) {
+            std::printf("bench_gpu: no CUDA backend: %s\n", why.c_str());
+            return 1;
+        }
+        const cu::Device& dev = *cu::device();
+        cu::make_current(dev);
+        std::printf("device: %s, %s, %d SMs, %.1f GiB, driver %d, NVRTC %d, cache %s\n", dev.name.c_str(),
+                    dev.arch().c_str(), dev.sm_count, dev.total_mem / 1073741824.0, dev.driver_version,
+                    cu::nvrtc_api().version, std::getenv("FJ_CACHE_DIR") ? std::getenv("FJ_CACHE_DIR") : "(default)");
+        std::printf("idle: %s\n", smi_once().c_str());
+        fj::CompileOptions cuda;
+        cuda.backend = fj::Backend::Cuda;
+
+        // ---------------- G1 / G4: 50,000 x 50,000 float32 on the device ----------------
+        const long long T = quick ? 20000 : 50000, N = quick ? 20000 : 50000;
+        const std::size_t bytes = static_cast<std::size_t>(T * N) * 4;
+        double bw = 0;
+        {
+            DevBuf a(bytes), b(bytes), out(bytes);
+            auto t0 = Clock::now();
+            generate(a.p, b.p, T, N, 1);
+            std::printf("data %lld x %lld float32 generated in %.0f ms\n", T, N, ms_since(t0));
+            std::string smi;
+            bw = copy_bandwidth(out.p, a.p, bytes, &smi);
+            const double floor = 3.0 * static_cast<double>(bytes) / bw * 1e3;
+            std::printf("copy bandwidth %.3f TB/s (DtoD %.1f GB, read+write) -> G1 floor %.3f ms  [smi %s]\n", bw / 1e12,
+                        bytes / 1e9, floor, smi.c_str());
+            const std::map<std::string, fj::Panel> in = {{"A", fj::Panel::device(a.p, T, N, N, fj::DType::F32)},
+                                                         {"B", fj::Panel::device(b.p, T, N, N, fj::DType::F32)}};
+            const std::map<std::string, fj::Panel> outs = {{"c", fj::Panel::device(out.p, T, N, N, fj::DType::F32)}};
+
+            // Variant sweep on the headline case.
+            struct Variant {
+                std::string unroll, fmad, block;
+            };
+            std::vector<Variant> variants = {{"1", "0", ""}, {"2", "0", ""}, {"4", "0", ""}, {"8", "0", ""},
+                                             {"1", "1", ""}, {"4", "1", ""}, {"4", "0", "128"}, {"4", "0", "256"},
+                                             {"4", "0", "512"}};
+            if (const char* v = std::getenv("FJ_BENCH_VARIANTS"); v && std::string(v) == "0") variants = {{"", "", ""}};
+            double best = 1e30;
+            Variant best_v;
+            for (const Variant& v : variants) {
+                setenv_or_unset("FJ_CUDA_UNROLL", v.unroll);
+                setenv_or_unset("FJ_CUDA_FMAD", v.fmad);
+                setenv_or_unset("FJ_CUDA_BLOCK", v.block);
+                fj::Program p = fj::compile({{"c", corr_w(20)}}, cuda);
+                const Timing t = time_run(p, in, outs, 5);
+                std::printf("  G1 variant unroll=%s fmad=%s block=%s: %.3f ms (wall %.3f), x%.2f floor; %s\n",
+                            v.unroll.c_str(), v.fmad.c_str(), v.block.empty() ? "occ" : v.block.c_str(), t.event_ms,
+                            t.wall_ms, t.event_ms / floor, launch_summary(p).c_str());
+                if (t.event_ms < best) best = t.event_ms, best_v = v;
+            }
+            setenv_or_unset("FJ_CUDA_UNROLL", best_v.unroll);
+            setenv_or_unset("FJ_CUDA_FMAD", best_v.fmad);
+            setenv_or_unset("FJ_CUDA_BLOCK", best_v.block);
+            std::printf("best variant: unroll=%s fmad=%s block=%s\n", best_v.unroll.c_str(), best_v.fmad.c_str(),
+                        best_v.block.c_str());
+            // Tile lengths on the best variant.
+            double g1 = 1e30;
+            std::string g1_note;
+            for (long long tile : {0LL, 1024LL, 4096LL, 12500LL}) {
+                fj::CompileOptions o = cuda;
+                o.tile_rows = tile;
+                fj::Program p = fj::compile({{"c", corr_w(20)}}, o);
+                const Timing t = time_run(p, in, outs, 7);
+                std::printf("  G1 tile_rows=%lld: %.3f ms (wall %.3f); %s  [smi %s]\n", tile, t.event_ms, t.wall_ms,
+                            launch_summary(p).c_str(), t.smi.c_str());
+                if (tile == 0) {
+                    const Check c = check_corr(a.p, b.p, out.p, T, N, 20);
+                    std::printf("  G1 check vs float64 two-pass (6 columns incl. the last): max |err| %.2e, rel frob %.2e, NaN mismatches %lld\n",
+                                c.max_abs, c.rel_frob, c.nan_mismatch);
+                    g1_note = fmt::format("auto tiles; rel err {:.1e}, NaN mismatches {}; unroll {} fmad {} block {}",
+                                          c.rel_frob, c.nan_mismatch, best_v.unroll, best_v.fmad,
+                                          best_v.block.empty() ? "occ" : best_v.block);
+                    g1 = t.event_ms;
+                    g_rows.push_back({"G1", fmt::format("corr w=20, {}x{} f32, device", T, N), t.event_ms, floor, g1_note, t.smi});
+                }
+            }
+            {
+                fj::Program p = fj::compile({{"c", corr_w(250)}}, cuda);
+                const Timing t = time_run(p, in, outs, 7);
+                const Check c = check_corr(a.p, b.p, out.p, T, N, 250);
+                g_rows.push_back({"G4", fmt::format("corr w=250, {}x{} f32, device", T, N), t.event_ms, floor,
+                                  fmt::format("{:.2f} x G1 (target <= 1.3); rel err {:.1e}, NaN mismatches {}",
+                                              t.event_ms / g1, c.rel_frob, c.nan_mismatch),
+                                  t.smi});
+                print_row(g_rows.back());
+            }
+        }
+
+        // ---------------- G5: 5,000 x 4,000 ----------------
+        {
+            const long long t5 = 5000, n5 = 4000;
+            const std::size_t b5 = static_cast<std::size_t>(t5 * n5) * 4;
+            DevBuf a(b5), b(b5), out(b5);
+            generate(a.p, b.p, t5, n5, 5);
+            const double floor = 3.0 * static_cast<double>(b5) / bw * 1e3;
+            const std::map<std::string, fj::Panel> in = {{"A", fj::Panel::device(a.p, t5, n5, n5, fj::DType::F32)},
+                                                         {"B", fj::Panel::device(b.p, t5, n5, n5, fj::DType::F32)}};
+            const std::map<std::string, fj::Panel> outs = {{"c", fj::Panel::device(out.p, t5, n5, n5, fj::DType::F32)}};
+            double best = 1e30;
+            long long best_tile = 0;
+            std::string best_smi, best_launch;
+            for (long long tile : {0LL, 64LL, 128LL, 160LL, 256LL, 512LL, 1024LL}) {
+                fj::CompileOptions o = cuda;
+                o.tile_rows = tile;
+                fj::Program p = fj::compile({{"c", corr_w(20)}}, o);
+                const Timing t = time_run(p, in, outs, 21, 3);
+                std::printf("  G5 tile_rows=%lld: %.4f ms (wall %.4f), %.0f%% of copy bandwidth; %s\n", tile, t.event_ms,
+                            t.wall_ms, 100.0 * floor / t.event_ms, launch_summary(p).c_str());
+                if (tile == 0) {
+                    const Check c = check_corr(a.p, b.p, out.p, t5, n5, 20);
+                    g_rows.push_back({"G5", "corr w=20, 5000x4000 f32, device, auto tiles", t.event_ms, floor,
+                                      fmt::format("{:.0f}% of copy bw (target >= 60%); rel err {:.1e}, NaN mism. {}",
+                                                  100.0 * floor / t.event_ms, c.rel_frob, c.nan_mismatch),
+                                      t.smi});
+                }
+                if (t.event_ms < best) best = t.event_ms, best_tile = tile, best_smi = t.smi, best_launch = launch_summary(p);
+            }
+            g_rows.push_back({"G5*", fmt::format("same, best tile_rows={}", best_tile), best, floor,
+                              fmt::format("{:.0f}% of copy bw; {}", 100.0 * floor / best, best_launch), best_smi});
+        }
+
+        // ---------------- J1: cold compile per kernel ----------------
+        {
+            const fj::Expr A = fj::input("A"), B = fj::input("B");
+            std::vector<std::pair<std::string, fj::Expr>> js = {
+                {"corr w=20", corr_w(20)},
+                {"std w=250", fj::std(fj::window(A, 250))},
+                {"mean(std(w5), w10)", fj::mean(fj::window(fj::std(fj::window(A, 5)), 10))},
+                {"max(A, w=30)", fj::max(fj::window(A, 30))},
+                {"A*B - delay(A,1)", A * B - fj::delay(A, 1)},
+            };
+            const cu::CudaSettings s = cu::CudaSettings::from_env();
+            std::vector<double> ms;
+            std::string detail;
+            for (const auto& [name, e] : js) {
+                const fj::codegen::Plan plan = fj::codegen::make_plan({{"o", e}});
+                const auto t0 = Clock::now();
+                cu::CudaCompiled c = cu::compile_cuda_kernel(plan.regions[0].kernel, fj::DType::F32, dev.arch(), true, s);
+                const double total = ms_since(t0);
+                ms.push_back(total);
+                std::printf("  J1 %-22s emit %.2f ms, NVRTC %.1f ms, total %.1f ms, %d regs\n", name.c_str(), c.emit_ms,
+                            c.compile_ms, total, c.registers);
+                detail += fmt::format("{} {:.0f}; ", name, total);
+            }
+            // Parallel: the five kernels at once.
+            std::vector<fj::codegen::Plan> plans;
+            for (const auto& [name, e] : js) plans.push_back(fj::codegen::make_plan({{"o", e + 1.0}}));
+            std::vector<const fj::ir::Kernel*> ks;
+            for (const auto& p : plans) ks.push_back(&p.regions[0].kernel);
+            const auto t0 = Clock::now();
+            cu::compile_cuda_kernels(ks, fj::DType::F32, dev.arch(), true, s);
+            const double par = ms_since(t0);
+            g_rows.push_back({"J1", "cold compile per kernel (NVRTC, median of 5)", median(ms), 150.0,
+                              fmt::format("5 kernels in parallel: {:.0f} ms; {}", par, detail), ""});
+        }
+
+        // ---------------- J2: host overhead of a cached run ----------------
+        {
+            const long long t2 = 64, n2 = 32;
+            const std::size_t b2 = static_cast<std::size_t>(t2 * n2) * 4;
+            DevBuf a(b2), b(b2), out(b2);
+            generate(a.p, b.p, t2, n2, 7);
+            const std::map<std::string, fj::Panel> in = {{"A", fj::Panel::device(a.p, t2, n2, n2, fj::DType::F32)},
+                                                         {"B", fj::Panel::device(b.p, t2, n2, n2, fj::DType::F32)}};
+            const std::map<std::string, fj::Panel> outs = {{"c", fj::Panel::device(out.p, t2, n2, n2, fj::DType::F32)}};
+            fj::Program p = fj::compile({{"c", corr_w(20)}}, cuda);
+            for (int i = 0; i < 50; ++i) p.run(in, outs);
+            std::vector<double> wall;
+            for (int i = 0; i < 2000; ++i) {
+                const auto t0 = Clock::now();
+                p.run(in, outs);
+                wall.push_back(ms_since(t0) * 1e3);
+            }
+            // The bare cost of a launch + synchronize of an empty-ish kernel, for comparison.
+            Events ev;
+            std::vector<double> gpu;
+            for (int i = 0; i < 200; ++i) {
+                ev.start();
+                p.run(in, outs);
+                gpu.push_back(ev.stop_ms() * 1e3);
+            }
+            g_rows.push_back({"J2", "cached run(), 64x32 device panels: wall us per run", median(wall), 20.0,
+                              fmt::format("events around run: {:.1f} us; unit: us, 'floor' = target", median(gpu)), ""});
+        }
+
+        // ---------------- J3: new process, warm disk cache ----------------
+        {
+            const std::string dir = std::string("/tmp/fj_j3_cache_") + std::to_string(::getpid());
+            const std::string cmd = std::string("FJ_CACHE_DIR=") + dir + " " + argv[0] + " --j3";
+            std::string cold, warm;
+            for (int k = 0; k < 3; ++k) {
+                FILE* f = popen(cmd.c_str(), "r");
+                char buf[512] = {};
+                std::string line;
+                while (f && std::fgets(buf, sizeof buf, f)) line += buf;
+                if (f) pclose(f);
+                std::printf("  J3 process %d: %s", k, line.c_str());
+                (k == 0 ? cold : warm) = first_line(line);
+            }
+            double j3 = NAN;
+            std::sscanf(warm.c_str(), "J3 %lf", &j3);
+            g_rows.push_back({"J3", "new process, warm disk cache: JIT ms before 1st launch", j3, 5.0,
+                              "a program of corr w20 + std w250 (one kernel); cold process: " + cold, ""});
+            std::string rm = "rm -rf " + dir;
+            if (std::system(rm.c_str()) != 0) std::printf("  (could not remove %s)\n", dir.c_str());
+        }
+
+        std::printf("\nSUMMARY (floor: copy-bandwidth floor for G*, target for J*)\n");
+        for (const Row& r : g_rows) print_row(r);
+        return 0;
+    } catch (const std::exception& e) {
+        std::printf("bench_gpu failed: %s\n", e.what());
+        for (const Row& r : g_rows) print_row(r);
+        return 1;
+    }
+}
+
+#else
+int main() {
+    std::puts("bench_gpu: this build has no CUDA backend");
+    return 1;
+}
+#endif

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# One visit to the GPU machine (DEVICE.md): build factorjit there (Release, no LLVM, fmt header-only from
+# .carry/fmt_include), run the CUDA test suites, then bench_gpu (G1 G4 G5 J1 J2 J3 of TARGETS.md) and,
+# with --peers, /work/shared/peers/rolling_corr_peers.py (copied to .carry/) at 50,000 x 10,000.
+# A short table comes last. Logs go to $OUT (the device tool's output folder) or /tmp/fj_gpu_out.
+#
+#   bench/gpu_run.sh [--quick] [--peers] [--no-tests] [--no-bench]
+#
+# Prepare on the development machine (once):
+#   mkdir -p .carry/fmt_include && cp -r /usr/include/fmt .carry/fmt_include/
+#   cp /work/shared/peers/rolling_corr_peers.py .carry/
+# and pass carry=[".carry"] to the device call.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+LOG=${OUT:-/tmp/fj_gpu_out}
+mkdir -p "$LOG"
+QUICK="" PEERS=0 TESTS=1 BENCH=1
+for a in "$@"; do
+  case "$a" in
+    --quick) QUICK=--quick ;;
+    --peers) PEERS=1 ;;
+    --no-tests) TESTS=0 ;;
+    --no-bench) BENCH=0 ;;
+    *) echo "unknown option $a"; exit 2 ;;
+  esac
+done
+JOBS=$(nproc 2>/dev/null || echo 4)
+BUILD=$ROOT/build-gpu
+FMT=$ROOT/.carry/fmt_include
+[ -d "$FMT/fmt" ] || { echo "missing $FMT/fmt (see the header of this script)"; exit 2; }
+
+echo "== machine: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1); $(nproc) cores"
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw,clocks_throttle_reasons.active \
+  --format=csv -lms 1000 > "$LOG/smi.csv" 2>&1 &
+SMI_PID=$!
+trap 'kill $SMI_PID 2>/dev/null' EXIT
+
+# ---- build: the library, the CLI and the benchmark through CMake; the CUDA tests directly, so that
+# another suite's file failing to build here cannot stop this visit.
+t0=$(date +%s)
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFJ_WITH_LLVM=OFF -DFJ_BUILD_TESTS=OFF \
+  -DFJ_FMT_INCLUDE="$FMT" > "$LOG/cmake.log" 2>&1 || { tail -30 "$LOG/cmake.log"; exit 1; }
+ninja -C "$BUILD" -j"$JOBS" factorjit factorjit_cli bench_gpu > "$LOG/build.log" 2>&1 \
+  || { grep -E "error|FAILED" -A3 "$LOG/build.log" | head -60; exit 1; }
+DOCTEST_INC=$(dirname "$(dirname "$(find /usr/include /usr/local/include -name doctest.h -path '*doctest/doctest.h' 2>/dev/null | head -1)")")
+CXXFLAGS="-std=c++20 -O2 -I$ROOT -I$ROOT/tests -isystem $FMT -DFMT_HEADER_ONLY=1 -DFJ_WITH_CUDA=1"
+case "$DOCTEST_INC" in /usr/include|/usr/local/include|"") ;; *) CXXFLAGS="$CXXFLAGS -isystem $DOCTEST_INC" ;; esac
+mkdir -p "$BUILD/cuda_tests/tmp"
+pids=()
+for f in tests/main.cpp tests/reference.cpp tests/test_cuda_compile.cpp tests/test_cuda_cache.cpp tests/test_cuda_gpu.cpp; do
+  o="$BUILD/cuda_tests/$(basename "$f" .cpp).o"
+  g++ $CXXFLAGS -DFJ_TEST_TMP="\"$BUILD/cuda_tests/tmp\"" -c "$f" -o "$o" > "$o.log" 2>&1 &
+  pids+=($!)
+done
+ok=1
+for p in "${pids[@]}"; do wait "$p" || ok=0; done
+if [ $ok = 1 ]; then
+  g++ "$BUILD"/cuda_tests/*.o "$BUILD/libfactorjit.a" -ldl -lpthread -o "$BUILD/cuda_tests/fj_cuda_tests" \
+    > "$BUILD/cuda_tests/link.log" 2>&1 || ok=0
+fi
+[ $ok = 1 ] || { cat "$BUILD"/cuda_tests/*.log | grep -E "error" -A3 | head -40; echo "CUDA tests did not build"; }
+echo "== built in $(( $(date +%s) - t0 )) s"
+
+export FJ_CACHE_DIR=$BUILD/kernel_cache
+rm -rf "$FJ_CACHE_DIR"
+TEST_SUMMARY="not run"
+if [ $TESTS = 1 ] && [ -x "$BUILD/cuda_tests/fj_cuda_tests" ]; then
+  t0=$(date +%s)
+  "$BUILD/cuda_tests/fj_cuda_tests" --no-intro > "$LOG/tests.log" 2>&1
+  rc=$?
+  grep -E "ERROR|FAILED|MESSAGE|skipped" -A6 "$LOG/tests.log" | head -60
+  TEST_SUMMARY="rc=$rc; $(grep -E '^\[doctest\] (test cases|assertions)' "$LOG/tests.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
+  echo "== tests: $TEST_SUMMARY"
+fi
+
+if [ $BENCH = 1 ]; then
+  "$BUILD/bench_gpu" $QUICK 2>&1 | tee "$LOG/bench.log"
+fi
+
+if [ $PEERS = 1 ] && [ -f .carry/rolling_corr_peers.py ]; then
+  echo "== peers (50,000 x 10,000, w=20)"
+  PYTHONUNBUFFERED=1 T=50000 N=10000 W=20 REPS=5 PANDAS_COLS=40 timeout 240 python3 .carry/rolling_corr_peers.py \
+    > "$LOG/peers.log" 2>&1
+  grep -E "^  |TABLE| \| " "$LOG/peers.log" | tail -20
+fi
+
+kill $SMI_PID 2>/dev/null
+echo
+echo "== nvidia-smi during the run (min/max SM clock, max temperature, max power):"
+awk -F', ' 'NR>1 && $2+0>0 {c=$2+0; if(min==""||c<min)min=c; if(c>max)max=c; t=$4+0; if(t>tm)tm=t; p=$5+0; if(p>pm)pm=p; r[$6]++}
+  END {printf "  SM clock %s..%s MHz, temp max %s C, power max %s W; throttle reasons seen:", min, max, tm, pm; for (k in r) printf " [%s]x%d", k, r[k]; print ""}' "$LOG/smi.csv"
+echo "== tests: $TEST_SUMMARY"
+if [ -f "$LOG/bench.log" ]; then sed -n '/^SUMMARY/,$p' "$LOG/bench.log"; fi

@@ -1,0 +1,108 @@
+// The subcommands of the `factorjit` command line and the few helpers they share.
+//
+// Each subcommand takes its arguments (without the program and subcommand names), writes results and
+// returns the exit status. Failures are thrown: fj::Error (bad expression, bad input file, backend
+// failure) or fj::cli::UsageError (bad command line); main() prints them as `factorjit: error: ...` and
+// exits with status 2.
+#pragma once
+
+#include <charconv>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/program.hpp"
+
+namespace fj::cli {
+
+// A command line that cannot be understood; `command` names the subcommand whose --help would help.
+class UsageError : public std::runtime_error {
+public:
+    UsageError(const std::string& message, std::string command)
+        : std::runtime_error(message), command_(std::move(command)) {}
+    const std::string& command() const { return command_; }
+
+private:
+    std::string command_;
+};
+
+// One command-line option as seen by a subcommand's parser: "-e X", "--backend cpu", "--backend=cpu".
+// next() yields the options in order; value() takes the option's value (the next argument as is, even
+// when it starts with '-': "-e -A" is the expression -A).
+class ArgCursor {
+public:
+    ArgCursor(const std::vector<std::string>& args, std::string command)
+        : args_(args), command_(std::move(command)) {}
+
+    bool next() {
+        if (i_ >= args_.size()) return false;
+        const std::string& a = args_[i_++];
+        inline_value_.reset();
+        const auto eq = a.find('=');
+        if (a.rfind("--", 0) == 0 && eq != std::string::npos) {
+            opt_ = a.substr(0, eq);
+            inline_value_ = a.substr(eq + 1);
+        } else {
+            opt_ = a;
+        }
+        return true;
+    }
+    const std::string& opt() const { return opt_; }
+    bool is(std::string_view a, std::string_view b = {}) const { return opt_ == a || (!b.empty() && opt_ == b); }
+
+    std::string value(std::string_view what) {
+        if (inline_value_) return *inline_value_;
+        if (i_ >= args_.size())
+            throw UsageError("option " + opt_ + " needs a value (" + std::string(what) + ")", command_);
+        return args_[i_++];
+    }
+    // For flags: "--round-windows=1" is a mistake worth reporting.
+    void no_value() const {
+        if (inline_value_) throw UsageError("option " + opt_ + " takes no value", command_);
+    }
+    [[noreturn]] void unknown() const {
+        if (!opt_.empty() && opt_[0] == '-') throw UsageError("unknown option '" + opt_ + "'", command_);
+        throw UsageError("unexpected argument '" + opt_ + "'", command_);
+    }
+    const std::string& command() const { return command_; }
+
+private:
+    const std::vector<std::string>& args_;
+    std::string command_;
+    std::size_t i_ = 0;
+    std::string opt_;
+    std::optional<std::string> inline_value_;
+};
+
+inline fj::Backend parse_backend(const std::string& s, const std::string& command) {
+    if (s == "auto") return fj::Backend::Auto;
+    if (s == "cpu") return fj::Backend::Cpu;
+    if (s == "cuda") return fj::Backend::Cuda;
+    throw UsageError("--backend must be auto, cpu or cuda, not '" + s + "'", command);
+}
+
+inline const char* backend_name(fj::Backend b) {
+    switch (b) {
+        case fj::Backend::Cpu: return "cpu";
+        case fj::Backend::Cuda: return "cuda";
+        case fj::Backend::Auto: break;
+    }
+    return "auto";
+}
+
+inline int parse_threads(const std::string& s, const std::string& command) {
+    int n = -1;
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+    if (ec != std::errc() || end != s.data() + s.size() || n < 0)
+        throw UsageError("--threads needs a whole number >= 0 (0: all cores), not '" + s + "'", command);
+    return n;
+}
+
+}  // namespace fj::cli
+
+// The subcommands. Each handles its own --help.
+int cmd_eval(const std::vector<std::string>& args);     // cli/cmd_eval.cpp
+int cmd_explain(const std::vector<std::string>& args);  // cli/cmd_explain.cpp
+int cmd_compile(const std::vector<std::string>& args);  // cli/cmd_compile.cpp: CUDA kernels ahead of time

@@ -1,0 +1,457 @@
+#include "runtime/cuda/cuda_backend.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "dsl/error.hpp"
+#include "runtime/backend.hpp"
+#include "runtime/cuda/cuda_api.hpp"
+#include "runtime/cuda/launch_config.hpp"
+#include "runtime/cuda/nvrtc_compile.hpp"
+
+namespace fj::rt {
+
+namespace cuda {
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int env_int(const char* name, int fallback, int lo, int hi) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) return fallback;
+    char* end = nullptr;
+    const long x = std::strtol(v, &end, 10);
+    if (end == v || *end) throw Error(fmt::format("{}={} is not an integer", name, v));
+    if (x < lo || x > hi) throw Error(fmt::format("{}={} is outside [{}, {}]", name, v, lo, hi));
+    return static_cast<int>(x);
+}
+
+}  // namespace
+
+CudaSettings CudaSettings::from_env() {
+    CudaSettings s;
+    s.unroll = env_int("FJ_CUDA_UNROLL", s.unroll, 1, 16);
+    s.fmad = env_int("FJ_CUDA_FMAD", 0, 0, 1) != 0;
+    s.block = env_int("FJ_CUDA_BLOCK", 0, 0, 1024);
+    if (s.block % 32) throw Error(fmt::format("FJ_CUDA_BLOCK={} is not a multiple of 32", s.block));
+    return s;
+}
+
+std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::string& arch, bool cubin,
+                            const CudaSettings& settings) {
+    const Nvrtc& n = nvrtc_api();
+    std::string opts;
+    for (const std::string& o : codegen::cuda_compile_options(arch, settings.fmad)) opts += o + ' ';
+    return fmt::format("fj-cuda ir={:016x} dtype={} codegen={} target={}{} nvrtc={} opts=[{}] unroll={} ringreg={}",
+                       kernel.hash(), dtype_name(dtype), codegen::kCudaCodegenVersion, arch, cubin ? "" : "(ptx)",
+                       n.version, opts, settings.unroll, settings.reg_ring_max);
+}
+
+CudaCompiled compile_cuda_kernel(const ir::Kernel& kernel, DType dtype, const std::string& arch, bool cubin,
+                                 const CudaSettings& settings) {
+    CudaCompiled c;
+    c.function = codegen::cuda_kernel_name(kernel);
+    c.key = cuda_kernel_key(kernel, dtype, arch, cubin, settings);
+    const auto t0 = std::chrono::steady_clock::now();
+    codegen::CudaEmitOptions eo;
+    eo.dtype = dtype;
+    eo.unroll = settings.unroll;
+    eo.reg_ring_max = settings.reg_ring_max;
+    c.source = codegen::emit_cuda(kernel, eo);
+    c.emit_ms = ms_since(t0);
+    c.dump_path = dump_source(fmt::format("{}-{:016x}", c.function, fnv1a64(c.key.data(), c.key.size())), c.source);
+    NvrtcOutput out = nvrtc_compile(c.source, c.function, codegen::cuda_compile_options(arch, settings.fmad), cubin,
+                                    c.dump_path);
+    c.compile_ms = out.ms;
+    c.log = std::move(out.log);
+    c.entry.function = c.function;
+    c.entry.cubin = out.cubin;
+    c.entry.image = std::move(out.image);
+    if (c.entry.cubin) {
+        const CubinResources r = cubin_resources(c.entry.image, c.function);
+        c.registers = r.registers;
+        c.stack_bytes = r.stack_bytes;
+    }
+    return c;
+}
+
+// Runs jobs[0..n) on up to the hardware's thread count; rethrows the first failure after all finish.
+template <class F>
+void parallel_for(std::size_t n, F&& job) {
+    if (n <= 1) {
+        for (std::size_t i = 0; i < n; ++i) job(i);
+        return;
+    }
+    const std::size_t workers = std::min<std::size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+    std::atomic<std::size_t> next{0};
+    std::vector<std::exception_ptr> errors(n);
+    auto work = [&] {
+        for (std::size_t i; (i = next++) < n;) {
+            try {
+                job(i);
+            } catch (...) {
+                errors[i] = std::current_exception();
+            }
+        }
+    };
+    std::vector<std::thread> pool;
+    for (std::size_t w = 1; w < workers; ++w) pool.emplace_back(work);
+    work();
+    for (std::thread& t : pool) t.join();
+    for (const std::exception_ptr& e : errors)
+        if (e) std::rethrow_exception(e);
+}
+
+std::vector<CudaCompiled> compile_cuda_kernels(const std::vector<const ir::Kernel*>& kernels, DType dtype,
+                                               const std::string& arch, bool cubin, const CudaSettings& settings) {
+    std::vector<CudaCompiled> out(kernels.size());
+    parallel_for(kernels.size(), [&](std::size_t i) { out[i] = compile_cuda_kernel(*kernels[i], dtype, arch, cubin, settings); });
+    return out;
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------------
+// Loaded modules, by cache key: a kernel is loaded once per process and kept (modules are small; the
+// primary context outlives every Program).
+struct LoadedKernel {
+    std::string key;
+    std::string function;
+    CUmodule module = nullptr;
+    CUfunction fn = nullptr;
+    int registers = 0, local_bytes = 0;
+    int block = 0, blocks_per_sm = 0;
+};
+
+struct KernelInfo {  // one kernel of an executable
+    ir::Kernel kernel;
+    std::shared_ptr<const LoadedKernel> loaded;
+    CacheSource source = CacheSource::Compiled;
+    double ms = 0;  // compile / disk read / 0
+    std::vector<std::string> inputs, outputs;
+};
+
+class CudaBackend;
+
+// Device memory for one run's staged panels and intermediates, freed on the stream however the run ends.
+class RunMemory {
+public:
+    RunMemory(const Device& dev, CUstream stream) : dev_(dev), stream_(stream) {}
+    ~RunMemory() {
+        const Driver* d = driver();
+        if (!d) return;
+        for (CUdeviceptr p : ptrs_) {
+            if (dev_.memory_pools) d->cuMemFreeAsync(p, stream_);
+            else d->cuMemFree(p);
+        }
+    }
+    CUdeviceptr alloc(std::size_t bytes) {
+        CUdeviceptr p = 0;
+        if (dev_.memory_pools) FJ_CU(cuMemAllocAsync, &p, std::max<std::size_t>(bytes, 1), stream_);
+        else FJ_CU(cuMemAlloc, &p, std::max<std::size_t>(bytes, 1));
+        ptrs_.push_back(p);
+        return p;
+    }
+
+private:
+    const Device& dev_;
+    CUstream stream_;
+    std::vector<CUdeviceptr> ptrs_;
+};
+
+struct DevView {
+    CUdeviceptr ptr = 0;
+    std::int64_t ld = 0;
+};
+
+// Rows of `cols` elements between pitched layouts; one flat copy when both are dense.
+void copy_2d(CUstream s, bool to_device, const Panel& host, CUdeviceptr dev, std::int64_t dev_ld) {
+    const std::size_t elem = dtype_size(host.dtype);
+    const std::size_t width = static_cast<std::size_t>(host.cols) * elem;
+    if (host.ld == host.cols && dev_ld == host.cols) {
+        const std::size_t bytes = width * static_cast<std::size_t>(host.rows);
+        if (to_device) FJ_CU(cuMemcpyHtoDAsync, dev, host.data, bytes, s);
+        else FJ_CU(cuMemcpyDtoHAsync, host.data, dev, bytes, s);
+        return;
+    }
+    CUDA_MEMCPY2D c;
+    c.WidthInBytes = width;
+    c.Height = static_cast<std::size_t>(host.rows);
+    if (to_device) {
+        c.srcMemoryType = CU_MEMORYTYPE_HOST;
+        c.srcHost = host.data;
+        c.srcPitch = static_cast<std::size_t>(host.ld) * elem;
+        c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+        c.dstDevice = dev;
+        c.dstPitch = static_cast<std::size_t>(dev_ld) * elem;
+    } else {
+        c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+        c.srcDevice = dev;
+        c.srcPitch = static_cast<std::size_t>(dev_ld) * elem;
+        c.dstMemoryType = CU_MEMORYTYPE_HOST;
+        c.dstHost = host.data;
+        c.dstPitch = static_cast<std::size_t>(host.ld) * elem;
+    }
+    FJ_CU(cuMemcpy2DAsync, &c, s);
+}
+
+std::size_t span_bytes(const Panel& p) {
+    if (p.rows <= 0 || p.cols <= 0) return 0;
+    return (static_cast<std::size_t>(p.rows - 1) * static_cast<std::size_t>(p.ld) + static_cast<std::size_t>(p.cols)) *
+           dtype_size(p.dtype);
+}
+
+class CudaExecutable final : public Executable {
+public:
+    CudaExecutable(const Device& dev, const codegen::Plan& plan, DType dtype, const CompileOptions& options,
+                   CudaSettings settings, std::vector<KernelInfo> kernels)
+        : dev_(dev), dtype_(dtype), options_(options), settings_(settings), inputs_(plan.inputs),
+          outputs_(plan.outputs), kernels_(std::move(kernels)) {}
+
+    ~CudaExecutable() override {
+        if (stream_)
+            if (const Driver* d = driver()) d->cuStreamDestroy(stream_);  // errors at process exit are moot
+    }
+
+    void run(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs) override;
+    std::string explain() const override;
+
+private:
+    const Device& dev_;
+    DType dtype_;
+    CompileOptions options_;
+    CudaSettings settings_;
+    std::vector<std::string> inputs_, outputs_;
+    std::vector<KernelInfo> kernels_;
+    CUstream stream_ = nullptr;
+    std::mutex run_mutex_;  // one run at a time per executable (one stream)
+    std::vector<LaunchShape> last_shapes_;
+};
+
+void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs) {
+    if (inputs.size() != inputs_.size() || outputs.size() != outputs_.size())
+        throw InputError(fmt::format("cuda: run with {} input(s) and {} output(s); the program has {} and {}",
+                                     inputs.size(), outputs.size(), inputs_.size(), outputs_.size()));
+    const Panel& shape = !outputs.empty() ? outputs[0] : inputs.at(0);
+    const std::int64_t rows = shape.rows, cols = shape.cols;
+    std::lock_guard<std::mutex> lock(run_mutex_);
+    make_current(dev_);
+    // A blocking stream (flags 0) orders itself after work on the legacy default stream, where CuPy and
+    // PyTorch put theirs by default, so inputs they just wrote are complete when our kernels read them.
+    if (!stream_) FJ_CU(cuStreamCreate, &stream_, 0u);
+    if (rows <= 0 || cols <= 0) return;
+    const std::size_t elem = dtype_size(dtype_);
+
+    // Device outputs must not overlap device inputs: tiles read rows that other tiles write.
+    for (std::size_t o = 0; o < outputs.size(); ++o) {
+        if (outputs[o].memory != Memory::Cuda) continue;
+        const auto ob = reinterpret_cast<std::uintptr_t>(outputs[o].data), oe = ob + span_bytes(outputs[o]);
+        for (std::size_t i = 0; i < inputs.size(); ++i) {
+            if (inputs[i].memory != Memory::Cuda) continue;
+            const auto ib = reinterpret_cast<std::uintptr_t>(inputs[i].data), ie = ib + span_bytes(inputs[i]);
+            if (ob < ie && ib < oe)
+                throw InputError(fmt::format("cuda: output '{}' overlaps input '{}' in device memory",
+                                             outputs_[o], inputs_[i]));
+        }
+    }
+
+    RunMemory mem(dev_, stream_);
+    std::map<std::string, DevView> views;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+        const Panel& p = inputs[i];
+        if (p.memory == Memory::Cuda) {
+            views[inputs_[i]] = {reinterpret_cast<CUdeviceptr>(p.data), p.ld};
+        } else {
+            const CUdeviceptr d = mem.alloc(static_cast<std::size_t>(rows * cols) * elem);
+            copy_2d(stream_, true, p, d, cols);
+            views[inputs_[i]] = {d, cols};
+        }
+    }
+    for (std::size_t o = 0; o < outputs.size(); ++o) {
+        const Panel& p = outputs[o];
+        if (p.memory == Memory::Cuda) views[outputs_[o]] = {reinterpret_cast<CUdeviceptr>(p.data), p.ld};
+        else views[outputs_[o]] = {mem.alloc(static_cast<std::size_t>(rows * cols) * elem), cols};
+    }
+    auto view_of = [&](const std::string& name) {
+        auto it = views.find(name);
+        if (it != views.end()) return it->second;
+        // An intermediate between regions: lives for this run.
+        return views[name] = {mem.alloc(static_cast<std::size_t>(rows * cols) * elem), cols};
+    };
+
+    last_shapes_.clear();
+    std::vector<std::uint64_t> words;
+    for (const KernelInfo& k : kernels_) {
+        const LoadedKernel& lk = *k.loaded;
+        LaunchInput li;
+        li.rows = rows;
+        li.cols = cols;
+        li.halo = k.kernel.halo;
+        li.block = settings_.block ? settings_.block : lk.block;
+        li.blocks_per_sm = settings_.block ? 1 : lk.blocks_per_sm;
+        li.sm_count = dev_.sm_count;
+        li.max_grid_x = dev_.max_grid_x;
+        li.max_grid_y = dev_.max_grid_y;
+        li.tile_rows = options_.tile_rows;
+        const LaunchShape s = choose_launch(li);
+        last_shapes_.push_back(s);
+        words.clear();
+        for (const std::string& n : k.inputs) words.push_back(view_of(n).ptr);
+        for (const std::string& n : k.inputs) words.push_back(static_cast<std::uint64_t>(view_of(n).ld));
+        for (const std::string& n : k.outputs) words.push_back(view_of(n).ptr);
+        for (const std::string& n : k.outputs) words.push_back(static_cast<std::uint64_t>(view_of(n).ld));
+        words.push_back(static_cast<std::uint64_t>(rows));
+        words.push_back(static_cast<std::uint64_t>(cols));
+        words.push_back(static_cast<std::uint64_t>(s.tile_rows));
+        words.push_back(static_cast<std::uint64_t>(s.ntiles));
+        void* params[] = {words.data()};
+        FJ_CU(cuLaunchKernel, lk.fn, static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.grid_y), 1u,
+              static_cast<unsigned>(s.block), 1u, 1u, 0u, stream_, params, nullptr);
+    }
+    for (std::size_t o = 0; o < outputs.size(); ++o)
+        if (outputs[o].memory != Memory::Cuda) copy_2d(stream_, false, outputs[o], views[outputs_[o]].ptr, cols);
+    FJ_CU(cuStreamSynchronize, stream_);
+}
+
+std::string CudaExecutable::explain() const {
+    std::string out = fmt::format("backend cuda: {} ({}, {} SMs), {}, {} kernel(s)\n", dev_.name, dev_.arch(),
+                                  dev_.sm_count, dtype_name(dtype_), kernels_.size());
+    for (std::size_t i = 0; i < kernels_.size(); ++i) {
+        const KernelInfo& k = kernels_[i];
+        const LoadedKernel& lk = *k.loaded;
+        out += fmt::format("  kernel {}: {} ({:.1f} ms), {} registers, {} bytes local, block {} ({} per SM), halo {}\n",
+                           lk.function, cache_source_name(k.source), k.ms, lk.registers, lk.local_bytes, lk.block,
+                           lk.blocks_per_sm, k.kernel.halo);
+        if (i < last_shapes_.size()) {
+            const LaunchShape& s = last_shapes_[i];
+            out += fmt::format("    last launch: grid {} x {}, block {}, {} tile(s) of {} rows\n", s.grid_x, s.grid_y,
+                               s.block, s.ntiles, s.tile_rows);
+        }
+    }
+    const CacheStats st = KernelCache::global().stats();
+    out += fmt::format("  kernel cache ({}): {} memory hit(s), {} disk hit(s), {} compiled, {} rejected\n",
+                       KernelCache::global().dir().empty() ? "memory only" : KernelCache::global().dir(),
+                       st.memory_hits, st.disk_hits, st.misses, st.rejected);
+    return out;
+}
+
+class CudaBackend final : public BackendImpl {
+public:
+    CudaBackend(const Device& dev, NvrtcTarget target) : dev_(dev), target_(std::move(target)) {}
+    const char* name() const override { return "cuda"; }
+    std::unique_ptr<Executable> prepare(const codegen::Plan& plan, DType dtype, const CompileOptions& options) override;
+
+private:
+    std::shared_ptr<const LoadedKernel> load(const std::string& key, const CacheEntry& e);
+
+    const Device& dev_;
+    NvrtcTarget target_;
+    std::mutex mutex_;
+    std::map<std::string, std::shared_ptr<const LoadedKernel>> loaded_;
+};
+
+std::shared_ptr<const LoadedKernel> CudaBackend::load(const std::string& key, const CacheEntry& e) {
+    auto lk = std::make_shared<LoadedKernel>();
+    lk->key = key;
+    lk->function = e.function;
+    FJ_CU(cuModuleLoadData, &lk->module, e.image.data());
+    try {
+        FJ_CU(cuModuleGetFunction, &lk->fn, lk->module, e.function.c_str());
+        FJ_CU(cuFuncGetAttribute, &lk->registers, CU_FUNC_ATTRIBUTE_NUM_REGS, lk->fn);
+        FJ_CU(cuFuncGetAttribute, &lk->local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, lk->fn);
+        int min_grid = 0, block = 0;
+        FJ_CU(cuOccupancyMaxPotentialBlockSize, &min_grid, &block, lk->fn, nullptr, std::size_t{0}, 0);
+        lk->block = std::max(32, block);
+        FJ_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor, &lk->blocks_per_sm, lk->fn, lk->block, std::size_t{0});
+        lk->blocks_per_sm = std::max(1, lk->blocks_per_sm);
+    } catch (...) {
+        driver_api().cuModuleUnload(lk->module);
+        throw;
+    }
+    return lk;
+}
+
+std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DType dtype, const CompileOptions& options) {
+    make_current(dev_);
+    const CudaSettings settings = CudaSettings::from_env();
+    const std::size_t n = plan.regions.size();
+    std::vector<KernelInfo> kernels(n);
+    std::vector<std::string> keys(n);
+    std::vector<std::size_t> missing;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (std::size_t i = 0; i < n; ++i) {
+            kernels[i].kernel = plan.regions[i].kernel;
+            kernels[i].inputs = plan.regions[i].kernel.inputs;
+            kernels[i].outputs = plan.regions[i].kernel.outputs;
+            keys[i] = cuda_kernel_key(kernels[i].kernel, dtype, target_.arch, target_.cubin, settings);
+            auto it = loaded_.find(keys[i]);
+            if (it != loaded_.end()) {
+                kernels[i].loaded = it->second;
+                kernels[i].source = CacheSource::Memory;
+            } else {
+                missing.push_back(i);
+            }
+        }
+    }
+    // Disk reads and compilations in parallel; module loads afterwards, on this thread (context current).
+    std::vector<CacheResult> results(missing.size());
+    parallel_for(missing.size(), [&](std::size_t m) {
+        const std::size_t i = missing[m];
+        results[m] = KernelCache::global().get(keys[i], [&] {
+            return compile_cuda_kernel(kernels[i].kernel, dtype, target_.arch, target_.cubin, settings).entry;
+        });
+    });
+    for (std::size_t m = 0; m < missing.size(); ++m) {
+        const std::size_t i = missing[m];
+        kernels[i].source = results[m].source;
+        kernels[i].ms = results[m].ms;
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto it = loaded_.find(keys[i]);
+        if (it == loaded_.end()) it = loaded_.emplace(keys[i], load(keys[i], *results[m].entry)).first;
+        kernels[i].loaded = it->second;
+    }
+    return std::make_unique<CudaExecutable>(dev_, plan, dtype, options, settings, std::move(kernels));
+}
+
+}  // namespace
+
+}  // namespace cuda
+
+BackendImpl* cuda_backend(std::string* why_not) {
+    static std::once_flag once;
+    static std::unique_ptr<cuda::CudaBackend> backend;
+    static std::string why;
+    std::call_once(once, [] {
+        try {
+            std::string reason;
+            if (!cuda::nvrtc(&reason)) {
+                why = reason;
+                return;
+            }
+            const cuda::Device* dev = cuda::device(&reason);
+            if (!dev) {
+                why = reason;
+                return;
+            }
+            backend = std::make_unique<cuda::CudaBackend>(*dev, cuda::nvrtc_target(dev->cc_major, dev->cc_minor));
+        } catch (const std::exception& e) {
+            why = e.what();
+        }
+    });
+    if (!backend && why_not) *why_not = why;
+    return backend.get();
+}
+
+}  // namespace fj::rt

@@ -1,0 +1,63 @@
+// The CUDA backend: kernel IR -> CUDA source -> NVRTC -> cubin -> cuLaunchKernel, behind fj::rt::cuda_backend().
+//
+// Compiling needs only NVRTC (compile_cuda_kernel works without a GPU: `factorjit compile`, CI);
+// running needs the driver and a device. The backend object exists only when all three are there.
+//
+// Environment (documented in one place, as DESIGN.md asks):
+//   FJ_CACHE_DIR        disk cache directory; "off" disables it (default $XDG_CACHE_HOME/factorjit
+//                       or ~/.cache/factorjit)
+//   FJ_DUMP_DIR         write every generated CUDA source there (<kernel>-<key hash>.cu)
+//   FJ_CUDA_DEVICE      device ordinal (default 0)
+//   FJ_CUDA_UNROLL      rows per load batch in generated kernels (default 4; 1..16)
+//   FJ_CUDA_FMAD        1: let NVRTC contract a*b+c into FMA (default 0: the same IEEE operations as the
+//                       CPU backend, so both backends round identically except in exp/log/pow)
+//   FJ_CUDA_BLOCK       threads per block (default: the occupancy API's choice)
+//   FJ_LIBCUDA, FJ_NVRTC_LIBRARY   paths of the libraries to dlopen first
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "codegen/cuda_emit.hpp"
+#include "codegen/kernel_ir.hpp"
+#include "runtime/cuda/kernel_cache.hpp"
+#include "runtime/panel.hpp"
+
+namespace fj::rt::cuda {
+
+// Code-generation settings that are not in CompileOptions (benchmark knobs), read from the environment.
+struct CudaSettings {
+    int unroll = 4;
+    bool fmad = false;
+    int reg_ring_max = 16;
+    int block = 0;  // 0: occupancy API
+    static CudaSettings from_env();
+};
+
+// The cache key of a kernel: IR hash, dtype, codegen version, NVRTC target, NVRTC version, options.
+std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::string& arch, bool cubin,
+                            const CudaSettings& settings);
+
+// One kernel compiled, with what the CLI reports. No GPU needed.
+struct CudaCompiled {
+    std::string function;      // the kernel's symbol
+    std::string key;
+    std::string source;
+    std::string dump_path;     // "" unless FJ_DUMP_DIR is set
+    CacheEntry entry;          // the image
+    double emit_ms = 0, compile_ms = 0;
+    int registers = -1, stack_bytes = -1;  // read from the cubin's ELF (-1 for PTX)
+    std::string log;           // NVRTC warnings
+};
+
+// Emits, dumps (FJ_DUMP_DIR) and compiles one kernel for `arch` ("sm_90", or "compute_90" for PTX).
+// Throws fj::BackendError with the NVRTC log and the dump path on failure.
+CudaCompiled compile_cuda_kernel(const ir::Kernel& kernel, DType dtype, const std::string& arch, bool cubin,
+                                 const CudaSettings& settings);
+
+// Compiles several kernels in parallel (one thread each, at most the hardware's count at a time);
+// results in the order given. The first failure is rethrown after all have finished.
+std::vector<CudaCompiled> compile_cuda_kernels(const std::vector<const ir::Kernel*>& kernels, DType dtype,
+                                               const std::string& arch, bool cubin, const CudaSettings& settings);
+
+}  // namespace fj::rt::cuda

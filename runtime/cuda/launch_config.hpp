@@ -1,0 +1,42 @@
+// Launch configuration of a time-series kernel: block size, time tiles, grid.
+//
+// A thread owns a column, so a launch has only `cols` threads per tile. Time tiles multiply that: each
+// tile re-runs `halo` warm-up rows before its first output row, so more tiles fill more of the GPU but
+// re-read more. The choice here:
+//   * block: the occupancy API's size for the kernel, shrunk (to a multiple of 32) when there are fewer
+//     columns than that, so that few-column panels spread over more SMs;
+//   * tiles: enough blocks for `waves` full waves of resident blocks (sm_count * blocks_per_sm), but no
+//     tile shorter than `min_halo_ratio` x halo (the halo's extra reads stay <= 1 / min_halo_ratio of a
+//     tile's) nor than `min_tile_rows`; and never more than the grid's y limit;
+//   * an explicit tile_rows (CompileOptions::tile_rows, for benchmarks and tests) wins.
+// Pure arithmetic, so it is tested without a GPU.
+#pragma once
+
+#include <cstdint>
+
+namespace fj::rt::cuda {
+
+struct LaunchInput {
+    std::int64_t rows = 0, cols = 0;
+    int halo = 0;
+    int block = 256;           // from cuOccupancyMaxPotentialBlockSize
+    int blocks_per_sm = 1;     // resident blocks of that size per SM
+    int sm_count = 1;
+    int max_grid_x = 2147483647;
+    int max_grid_y = 65535;
+    std::int64_t tile_rows = 0;  // 0: choose
+    int waves = 4;
+    int min_halo_ratio = 8;
+    std::int64_t min_tile_rows = 32;
+};
+
+struct LaunchShape {
+    int block = 0;
+    std::int64_t grid_x = 0, grid_y = 0;  // grid_y <= ntiles (the kernel strides over tiles)
+    std::int64_t tile_rows = 0, ntiles = 0;
+};
+
+// rows or cols == 0: a shape with grid 0 (nothing to launch).
+LaunchShape choose_launch(const LaunchInput& in);
+
+}  // namespace fj::rt::cuda

@@ -1,0 +1,240 @@
+#include "reference.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace fj::test {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+using Values = std::vector<double>;
+
+bool all_equal(const Values& v) {
+    for (double x : v)
+        if (x != v.front()) return false;
+    return true;
+}
+
+long double sum_of(const Values& v) {
+    long double s = 0;
+    for (double x : v) s += x;
+    return s;
+}
+
+long double mean_of(const Values& v) { return sum_of(v) / static_cast<long double>(v.size()); }
+
+// Sample variance, ddof = 1, two passes. Callers handle n < 2 and constant windows.
+long double variance_of(const Values& v) {
+    const long double m = mean_of(v);
+    long double ss = 0;
+    for (double x : v) ss += (x - m) * (x - m);
+    return ss / static_cast<long double>(v.size() - 1);
+}
+
+// Sum of (x - mean x)(y - mean y), two passes.
+long double comoment_of(const Values& xs, const Values& ys) {
+    const long double mx = mean_of(xs), my = mean_of(ys);
+    long double s = 0;
+    for (std::size_t i = 0; i < xs.size(); ++i) s += (xs[i] - mx) * (ys[i] - my);
+    return s;
+}
+
+double sign_of(double x) {
+    if (std::isnan(x)) return kNaN;
+    if (x > 0) return 1.0;
+    if (x < 0) return -1.0;
+    return 0.0;
+}
+
+double truth(bool b) { return b ? 1.0 : 0.0; }
+
+double elementwise(fj::Op op, double a, double b, double c) {
+    using fj::Op;
+    switch (op) {
+    case Op::Neg: return -a;
+    case Op::Not: return std::isnan(a) ? kNaN : truth(a == 0);
+    case Op::Abs: return std::fabs(a);
+    case Op::Sign: return sign_of(a);
+    case Op::Sqrt: return std::sqrt(a);
+    case Op::Exp: return std::exp(a);
+    case Op::Log: return std::log(a);
+    case Op::Add: return a + b;
+    case Op::Sub: return a - b;
+    case Op::Mul: return a * b;
+    case Op::Div: return a / b;
+    case Op::Pow: return std::pow(a, b);
+    case Op::SignedPower: return sign_of(a) * std::pow(std::fabs(a), b);
+    case Op::Min: return std::isnan(a) || std::isnan(b) ? kNaN : std::min(a, b);
+    case Op::Max: return std::isnan(a) || std::isnan(b) ? kNaN : std::max(a, b);
+    // C++ comparisons are ordered: false when either side is NaN, and != is true then.
+    case Op::Lt: return truth(a < b);
+    case Op::Le: return truth(a <= b);
+    case Op::Gt: return truth(a > b);
+    case Op::Ge: return truth(a >= b);
+    case Op::Eq: return truth(a == b);
+    case Op::Ne: return truth(a != b);
+    case Op::And: return std::isnan(a) || std::isnan(b) ? kNaN : truth(a != 0 && b != 0);
+    case Op::Or: return std::isnan(a) || std::isnan(b) ? kNaN : truth(a != 0 || b != 0);
+    case Op::Where:
+        if (std::isnan(a)) return kNaN;
+        return a != 0 ? b : c;
+    default: break;
+    }
+    throw std::logic_error("reference: not an element-wise operator: " + std::string(fj::op_name(op)));
+}
+
+class Evaluator {
+public:
+    Evaluator(const Inputs& inputs, std::int64_t rows, std::int64_t cols)
+        : inputs_(inputs), rows_(rows), cols_(cols) {}
+
+    const Values& eval(const fj::Node* root) {
+        if (!root) throw std::invalid_argument("reference: empty expression");
+        // Evaluate in dependency order (iteratively: generated expressions can nest deeply).
+        for (const fj::Node* n : fj::topo_order({root}))
+            if (!memo_.count(n)) memo_.emplace(n, compute(n));
+        return memo_.at(root);
+    }
+
+private:
+    std::size_t cells() const { return static_cast<std::size_t>(rows_ * cols_); }
+    std::size_t at(std::int64_t t, std::int64_t j) const { return static_cast<std::size_t>(t * cols_ + j); }
+
+    Values compute(const fj::Node* n) {
+        using fj::Op;
+        const fj::OpInfo& info = fj::op_info(n->op);
+        Values out(cells(), kNaN);
+        switch (info.kind) {
+        case fj::OpKind::Leaf:
+            if (n->op == Op::Const) {
+                std::fill(out.begin(), out.end(), n->value);
+            } else {
+                auto it = inputs_.find(n->name);
+                if (it == inputs_.end()) throw std::invalid_argument("reference: missing input " + n->name);
+                if (it->second.size() != cells())
+                    throw std::invalid_argument("reference: input " + n->name + " has the wrong size");
+                out = it->second;
+            }
+            return out;
+        case fj::OpKind::Elementwise: {
+            const Values* a = &memo_.at(n->args[0]);
+            const Values* b = info.arity > 1 ? &memo_.at(n->args[1]) : a;
+            const Values* c = info.arity > 2 ? &memo_.at(n->args[2]) : a;
+            for (std::size_t i = 0; i < cells(); ++i) out[i] = elementwise(n->op, (*a)[i], (*b)[i], (*c)[i]);
+            return out;
+        }
+        case fj::OpKind::Lag: {
+            const Values& x = memo_.at(n->args[0]);
+            for (std::int64_t t = n->d; t < rows_; ++t)
+                for (std::int64_t j = 0; j < cols_; ++j) out[at(t, j)] = x[at(t - n->d, j)];
+            return out;
+        }
+        case fj::OpKind::Window: {
+            const Values& x = memo_.at(n->args[0]);
+            Values valid;
+            for (std::int64_t j = 0; j < cols_; ++j)
+                for (std::int64_t t = 0; t < rows_; ++t) {
+                    valid.clear();
+                    for (std::int64_t s = std::max<std::int64_t>(0, t - n->d + 1); s <= t; ++s)
+                        if (!std::isnan(x[at(s, j)])) valid.push_back(x[at(s, j)]);
+                    out[at(t, j)] = window_reduce(n->op, valid, n->min_periods);
+                }
+            return out;
+        }
+        case fj::OpKind::PairWindow: {
+            const Values& x = memo_.at(n->args[0]);
+            const Values& y = memo_.at(n->args[1]);
+            Values xs, ys;
+            for (std::int64_t j = 0; j < cols_; ++j)
+                for (std::int64_t t = 0; t < rows_; ++t) {
+                    xs.clear();
+                    ys.clear();
+                    for (std::int64_t s = std::max<std::int64_t>(0, t - n->d + 1); s <= t; ++s)
+                        if (!std::isnan(x[at(s, j)]) && !std::isnan(y[at(s, j)])) {
+                            xs.push_back(x[at(s, j)]);
+                            ys.push_back(y[at(s, j)]);
+                        }
+                    out[at(t, j)] = pair_window_reduce(n->op, xs, ys, n->min_periods);
+                }
+            return out;
+        }
+        }
+        throw std::logic_error("reference: unknown operator kind");
+    }
+
+    const Inputs& inputs_;
+    std::int64_t rows_, cols_;
+    std::unordered_map<const fj::Node*, Values> memo_;
+};
+
+}  // namespace
+
+double window_reduce(fj::Op op, const std::vector<double>& v, int min_periods) {
+    using fj::Op;
+    const std::size_t n = v.size();
+    if (op == Op::WCount) return static_cast<double>(n);  // count is never NaN
+    if (n < static_cast<std::size_t>(min_periods)) return kNaN;
+    switch (op) {
+    case Op::WSum: return static_cast<double>(sum_of(v));  // empty window (min_periods 0): 0
+    case Op::WMean: return n == 0 ? kNaN : static_cast<double>(mean_of(v));
+    case Op::WVar:
+    case Op::WStd: {
+        if (n < 2) return kNaN;
+        if (all_equal(v)) return 0.0;  // exactly 0 for a constant window
+        const long double var = variance_of(v);
+        return static_cast<double>(op == Op::WVar ? var : std::sqrt(var));
+    }
+    case Op::WMin: return n == 0 ? kNaN : *std::min_element(v.begin(), v.end());
+    case Op::WMax: return n == 0 ? kNaN : *std::max_element(v.begin(), v.end());
+    default: break;
+    }
+    throw std::logic_error("reference: not a window operator: " + std::string(fj::op_name(op)));
+}
+
+double pair_window_reduce(fj::Op op, const std::vector<double>& xs, const std::vector<double>& ys, int min_periods) {
+    using fj::Op;
+    if (xs.size() != ys.size()) throw std::logic_error("reference: pair window of unequal sizes");
+    const std::size_t n = xs.size();
+    if (n < 2 || n < static_cast<std::size_t>(min_periods)) return kNaN;
+    const bool constant = all_equal(xs) || all_equal(ys);
+    switch (op) {
+    case Op::WCov:
+        if (constant) return 0.0;
+        return static_cast<double>(comoment_of(xs, ys) / static_cast<long double>(n - 1));
+    case Op::WCorr: {
+        if (constant) return kNaN;  // a zero variance: correlation undefined
+        const long double mx = mean_of(xs), my = mean_of(ys);
+        long double sxx = 0, syy = 0, sxy = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            sxx += (xs[i] - mx) * (xs[i] - mx);
+            syy += (ys[i] - my) * (ys[i] - my);
+            sxy += (xs[i] - mx) * (ys[i] - my);
+        }
+        // cov / sqrt(vx * vy): the (n - 1) factors cancel.
+        const long double r = sxy / std::sqrt(sxx * syy);
+        return static_cast<double>(std::clamp<long double>(r, -1.0L, 1.0L));
+    }
+    default: break;
+    }
+    throw std::logic_error("reference: not a pair window operator: " + std::string(fj::op_name(op)));
+}
+
+std::vector<std::vector<double>> reference(const std::vector<fj::Expr>& exprs, const Inputs& inputs,
+                                           std::int64_t rows, std::int64_t cols) {
+    if (rows < 0 || cols < 0) throw std::invalid_argument("reference: negative shape");
+    Evaluator ev(inputs, rows, cols);
+    std::vector<std::vector<double>> out;
+    for (const fj::Expr& e : exprs) out.push_back(ev.eval(e.node()));
+    return out;
+}
+
+std::vector<double> reference(const fj::Expr& e, const Inputs& inputs, std::int64_t rows, std::int64_t cols) {
+    return reference(std::vector<fj::Expr>{e}, inputs, rows, cols).front();
+}
+
+}  // namespace fj::test

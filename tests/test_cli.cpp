@@ -1,0 +1,694 @@
+// The `factorjit` command line, run as a separate process on .npy files written here.
+//
+// The .npy writer and reader below are deliberately independent of cli/npy.cpp, so that a bug there
+// cannot hide itself. Every eval result is compared with a direct fj::compile / Program::run of the
+// same expression on the same data (same backend: the CPU), element by element, NaN-aware.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "factorjit.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------------------------------------------
+// Scratch directories and running the binary.
+
+fs::path scratch(const std::string& name) {
+    const fs::path dir = fs::path(FJ_TEST_TMP) / ("cli_" + name);
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    return dir;
+}
+
+std::string quote(const std::string& s) {
+    std::string q = "'";
+    for (char c : s) {
+        if (c == '\'') q += "'\\''";
+        else q += c;
+    }
+    return q + "'";
+}
+
+std::string slurp(const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+struct CliResult {
+    int rc = -1;
+    std::string out, err;
+};
+
+// Runs the CLI with `args` in `dir` (the working directory), capturing stdout and stderr.
+CliResult run_cli(const fs::path& dir, const std::vector<std::string>& args) {
+    std::string cmd = "cd " + quote(dir.string()) + " && " + quote(FJ_CLI_PATH);
+    for (const auto& a : args) cmd += " " + quote(a);
+    cmd += " >" + quote((dir / "stdout.txt").string()) + " 2>" + quote((dir / "stderr.txt").string());
+    const int status = std::system(cmd.c_str());
+    CliResult r;
+    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(dir / "stdout.txt");
+    r.err = slurp(dir / "stderr.txt");
+    fs::remove(dir / "stdout.txt");
+    fs::remove(dir / "stderr.txt");
+    return r;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// A tiny .npy writer and reader, independent of cli/npy.cpp.
+
+void write_npy_raw(const fs::path& p, const std::string& descr, bool fortran, const std::string& shape,
+                   const void* data, std::size_t nbytes, int major = 1) {
+    std::string dict = "{'descr': '" + descr + "', 'fortran_order': " + (fortran ? "True" : "False") +
+                       ", 'shape': " + shape + ", }";
+    const std::size_t prefix = major == 1 ? 10 : 12;
+    while ((prefix + dict.size() + 1) % 64 != 0) dict += ' ';
+    dict += '\n';
+    std::string out("\x93NUMPY", 6);
+    out += static_cast<char>(major);
+    out += '\0';
+    const std::uint32_t len = static_cast<std::uint32_t>(dict.size());
+    out += static_cast<char>(len & 0xff);
+    out += static_cast<char>((len >> 8) & 0xff);
+    if (major != 1) {
+        out += static_cast<char>((len >> 16) & 0xff);
+        out += static_cast<char>((len >> 24) & 0xff);
+    }
+    out += dict;
+    out.append(static_cast<const char*>(data), nbytes);
+    std::ofstream f(p, std::ios::binary | std::ios::trunc);
+    f.write(out.data(), static_cast<std::streamsize>(out.size()));
+    REQUIRE(f.good());
+}
+
+struct WriteOpts {
+    bool fortran = false;
+    int major = 1;
+    bool one_d = false;  // write shape (rows,); cols must be 1
+};
+
+// `rowmajor` holds rows x cols values; written in C or Fortran order as asked.
+template <class T>
+void write_panel(const fs::path& p, const std::vector<T>& rowmajor, std::int64_t rows, std::int64_t cols,
+                 WriteOpts o = {}) {
+    std::vector<T> file = rowmajor;
+    if (o.fortran)
+        for (std::int64_t t = 0; t < rows; ++t)
+            for (std::int64_t j = 0; j < cols; ++j) file[j * rows + t] = rowmajor[t * cols + j];
+    const std::string shape = o.one_d ? "(" + std::to_string(rows) + ",)"
+                                      : "(" + std::to_string(rows) + ", " + std::to_string(cols) + ")";
+    write_npy_raw(p, sizeof(T) == 4 ? "<f4" : "<f8", o.fortran, shape, file.data(), file.size() * sizeof(T),
+                  o.major);
+}
+
+struct ReadBack {
+    std::string descr;
+    bool fortran = true;
+    std::vector<std::int64_t> shape;
+    std::string data;  // raw bytes
+
+    template <class T>
+    std::vector<T> values() const {
+        std::vector<T> v(data.size() / sizeof(T));
+        std::memcpy(v.data(), data.data(), v.size() * sizeof(T));
+        return v;
+    }
+};
+
+ReadBack read_back(const fs::path& p) {
+    const std::string s = slurp(p);
+    ReadBack r;
+    REQUIRE(s.size() >= 10);
+    REQUIRE(s.compare(0, 6, std::string("\x93NUMPY", 6)) == 0);
+    CHECK(s[6] == 1);  // the CLI writes version 1.0
+    const std::size_t len = static_cast<unsigned char>(s[8]) | (static_cast<unsigned char>(s[9]) << 8);
+    CHECK((10 + len) % 64 == 0);  // numpy aligns the data to 64 bytes
+    const std::string dict = s.substr(10, len);
+    REQUIRE(dict.size() == len);
+    const auto d = dict.find("'descr': '");
+    REQUIRE(d != std::string::npos);
+    r.descr = dict.substr(d + 10, dict.find('\'', d + 10) - (d + 10));
+    r.fortran = dict.find("'fortran_order': False") == std::string::npos;
+    const auto sh = dict.find("'shape': (");
+    REQUIRE(sh != std::string::npos);
+    std::string dims = dict.substr(sh + 10, dict.find(')', sh) - (sh + 10));
+    std::replace(dims.begin(), dims.end(), ',', ' ');
+    std::istringstream in(dims);
+    for (std::int64_t x; in >> x;) r.shape.push_back(x);
+    r.data = s.substr(10 + len);
+    return r;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Data and the direct reference.
+
+// Price-like random walks with a few NaNs, deterministic.
+template <class T>
+std::vector<T> make_panel(std::int64_t rows, std::int64_t cols, std::uint64_t seed) {
+    std::vector<T> v(static_cast<std::size_t>(rows * cols));
+    std::uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
+    auto next = [&] {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        return static_cast<double>(s >> 11) / 9007199254740992.0;  // [0, 1)
+    };
+    for (std::int64_t j = 0; j < cols; ++j) {
+        double x = 100 + 10 * next();
+        for (std::int64_t t = 0; t < rows; ++t) {
+            x += next() - 0.5;
+            v[t * cols + j] = static_cast<T>(x);
+        }
+    }
+    for (std::size_t k = 3; k < v.size(); k += 37) v[k] = static_cast<T>(NAN);
+    return v;
+}
+
+template <class T>
+std::vector<T> direct(const std::string& expr, const std::map<std::string, const std::vector<T>*>& inputs,
+                      std::int64_t rows, std::int64_t cols, fj::ParseOptions popts = {}) {
+    fj::CompileOptions opts;
+    opts.backend = fj::Backend::Cpu;
+    const fj::Program prog = fj::compile({{"out0", fj::parse(expr, popts)}}, opts);
+    std::map<std::string, fj::Panel> in;
+    for (const auto& [name, v] : inputs) in[name] = fj::Panel::host(v->data(), rows, cols);
+    std::vector<T> out(static_cast<std::size_t>(rows * cols), static_cast<T>(-12345));
+    prog.run(in, {{"out0", fj::Panel::host(out.data(), rows, cols)}});
+    return out;
+}
+
+// Element-wise equality with NaN == NaN; also insists the result is not all NaN (a vacuous pass).
+template <class T>
+void check_same(const std::vector<T>& got, const std::vector<T>& want) {
+    REQUIRE(got.size() == want.size());
+    std::size_t valid = 0, bad = 0, first_bad = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        const bool both_nan = std::isnan(got[i]) && std::isnan(want[i]);
+        if (!both_nan && !(got[i] == want[i])) {
+            if (bad++ == 0) first_bad = i;
+        }
+        if (!std::isnan(want[i])) ++valid;
+    }
+    INFO("first mismatch at " << first_bad << ": got " << got[first_bad] << ", want " << want[first_bad]);
+    CHECK(bad == 0);
+    CHECK(valid > got.size() / 2);
+}
+
+constexpr std::int64_t kRows = 64, kCols = 7;
+const char* const kCorr = "corr(window(A, 5), window(B, 5))";
+const char* const kMix = "mean(window(A, 3)) - delta(B, 1) * 2";
+
+// a.npy, b.npy (float32, 64 x 7, C order) in dir; returns their data.
+struct AB {
+    std::vector<float> a, b;
+};
+AB write_ab(const fs::path& dir) {
+    AB d{make_panel<float>(kRows, kCols, 1), make_panel<float>(kRows, kCols, 2)};
+    write_panel(dir / "a.npy", d.a, kRows, kCols);
+    write_panel(dir / "b.npy", d.b, kRows, kCols);
+    return d;
+}
+
+// Hidden temporary files left next to the outputs.
+std::vector<std::string> leftovers(const fs::path& dir) {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir)) {
+        const std::string n = e.path().filename().string();
+        if (!n.empty() && n[0] == '.') names.push_back(n);
+    }
+    return names;
+}
+
+// A failing command: exit status 2, `factorjit: error:` and every `needles` on stderr, no output file
+// created, and an existing output file left untouched. `out` is the output path the args name.
+void expect_failure(const fs::path& dir, const std::vector<std::string>& args,
+                    const std::vector<std::string>& needles, const fs::path& out) {
+    fs::remove(out);
+    CliResult r = run_cli(dir, args);
+    INFO("stderr: " << r.err);
+    CHECK(r.rc == 2);
+    CHECK(r.err.find("factorjit: error:") != std::string::npos);
+    for (const auto& n : needles) {
+        INFO("expected on stderr: " << n);
+        CHECK(r.err.find(n) != std::string::npos);
+    }
+    CHECK(r.out.empty());
+    CHECK_FALSE(fs::exists(out));
+
+    if (fs::exists(out.parent_path()) && fs::is_directory(out.parent_path())) {
+        {
+            std::ofstream f(out, std::ios::binary);
+            f << "keep me";
+        }
+        r = run_cli(dir, args);
+        CHECK(r.rc == 2);
+        CHECK(slurp(out) == "keep me");
+        fs::remove(out);
+        CHECK(leftovers(out.parent_path()).empty());
+    }
+    CHECK(leftovers(dir).empty());
+}
+
+}  // namespace
+
+TEST_SUITE("cli") {
+
+TEST_CASE("eval matches a direct compile and run (float32)") {
+    const fs::path dir = scratch("basic");
+    const AB d = write_ab(dir);
+    for (const char* expr : {kCorr, kMix}) {
+        INFO(expr);
+        const CliResult r =
+            run_cli(dir, {"eval", "-e", expr, "-i", "A=a.npy", "-i", "B=b.npy", "-o", "out.npy", "--backend", "cpu"});
+        INFO("stderr: " << r.err);
+        REQUIRE(r.rc == 0);
+        CHECK(r.out.empty());
+        CHECK(r.err.empty());  // nothing printed on success without -v
+        const ReadBack o = read_back(dir / "out.npy");
+        CHECK(o.descr == "<f4");
+        CHECK_FALSE(o.fortran);
+        CHECK(o.shape == std::vector<std::int64_t>{kRows, kCols});
+        check_same(o.values<float>(), direct<float>(expr, {{"A", &d.a}, {"B", &d.b}}, kRows, kCols));
+        CHECK(leftovers(dir).empty());
+    }
+}
+
+TEST_CASE("options in any order, long forms, an existing output is replaced") {
+    const fs::path dir = scratch("order");
+    const AB d = write_ab(dir);
+    {
+        std::ofstream f(dir / "out.npy");
+        f << "old contents";
+    }
+    const CliResult r = run_cli(dir, {"eval", "--backend=cpu", "-o", "out.npy", "--input", "B=b.npy", "--threads",
+                                      "1", "--expr", kCorr, "-i", "A=a.npy"});
+    INFO("stderr: " << r.err);
+    REQUIRE(r.rc == 0);
+    check_same(read_back(dir / "out.npy").values<float>(),
+               direct<float>(kCorr, {{"A", &d.a}, {"B", &d.b}}, kRows, kCols));
+}
+
+TEST_CASE("two -e/-o pairs: the k-th -o gets the k-th -e") {
+    const fs::path dir = scratch("pairs");
+    const AB d = write_ab(dir);
+    const CliResult r = run_cli(dir, {"eval", "-i", "A=a.npy", "-i", "B=b.npy", "-e", kCorr, "-e", kMix, "-o",
+                                      "corr.npy", "-o", "mix.npy", "--backend", "cpu"});
+    INFO("stderr: " << r.err);
+    REQUIRE(r.rc == 0);
+    check_same(read_back(dir / "corr.npy").values<float>(),
+               direct<float>(kCorr, {{"A", &d.a}, {"B", &d.b}}, kRows, kCols));
+    check_same(read_back(dir / "mix.npy").values<float>(),
+               direct<float>(kMix, {{"A", &d.a}, {"B", &d.b}}, kRows, kCols));
+}
+
+TEST_CASE("an expression starting with '-' is an expression, not an option") {
+    const fs::path dir = scratch("negexpr");
+    const AB d = write_ab(dir);
+    const CliResult r = run_cli(dir, {"eval", "-e", "-A", "-i", "A=a.npy", "-o", "out.npy", "--backend", "cpu"});
+    INFO("stderr: " << r.err);
+    REQUIRE(r.rc == 0);
+    check_same(read_back(dir / "out.npy").values<float>(), direct<float>("-A", {{"A", &d.a}}, kRows, kCols));
+}
+
+TEST_CASE("inputs no expression uses are ignored") {
+    const fs::path dir = scratch("unused");
+    const AB d = write_ab(dir);
+    // Z has another shape and dtype, Y does not exist: neither matters, neither is read.
+    write_panel(dir / "z.npy", make_panel<double>(10, 3, 9), 10, 3);
+    const CliResult r = run_cli(dir, {"eval", "-e", kCorr, "-i", "Z=z.npy", "-i", "A=a.npy", "-i", "Y=missing.npy",
+                                      "-i", "B=b.npy", "-o", "out.npy", "--backend", "cpu"});
+    INFO("stderr: " << r.err);
+    REQUIRE(r.rc == 0);
+    const ReadBack o = read_back(dir / "out.npy");
+    CHECK(o.descr == "<f4");
+    CHECK(o.shape == std::vector<std::int64_t>{kRows, kCols});
+    check_same(o.values<float>(), direct<float>(kCorr, {{"A", &d.a}, {"B", &d.b}}, kRows, kCols));
+}
+
+TEST_CASE("a 1-D input is one column; the output is 1-D too") {
+    const fs::path dir = scratch("oned");
+    const std::int64_t rows = 200;
+    const auto a = make_panel<float>(rows, 1, 3), b = make_panel<float>(rows, 1, 4);
+    write_panel(dir / "a.npy", a, rows, 1, {.one_d = true});
+    write_panel(dir / "b.npy", b, rows, 1, {.one_d = true});
+    const CliResult r = run_cli(
+        dir, {"eval", "-e", kCorr, "-i", "A=a.npy", "-i", "B=b.npy", "-o", "out.npy", "--backend", "cpu"});
+    INFO("stderr: " << r.err);
+    REQUIRE(r.rc == 0);
+    const ReadBack o = read_back(dir / "out.npy");
+    CHECK(o.shape == std::vector<std::int64_t>{rows});
+    check_same(o.values<float>(), direct<float>(kCorr, {{"A", &a}, {"B", &b}}, rows, 1));
+}
+
+TEST_CASE("Fortran-order input gives the same result as C order") {
+    const fs::path dir = scratch("fortran");
+    const AB d = write_ab(dir);
+    write_panel(dir / "af.npy", d.a, kRows, kCols, {.fortran = true});
+    write_panel(dir / "bf.npy", d.b, kRows, kCols, {.fortran = true});
+    auto c = run_cli(dir, {"eval", "-e", kMix, "-i", "A=a.npy", "-i", "B=b.npy", "-o", "c.npy", "--backend", "cpu"});
+    auto f = run_cli(dir, {"eval", "-e", kMix, "-i", "A=af.npy", "-i", "B=bf.npy", "-o", "f.npy", "--backend", "cpu"});
+    INFO("stderr: " << c.err << f.err);
+    REQUIRE(c.rc == 0);
+    REQUIRE(f.rc == 0);
+    const ReadBack rc = read_back(dir / "c.npy"), rf = read_back(dir / "f.npy");
+    CHECK_FALSE(rf.fortran);  // outputs are C order
+    CHECK(rf.shape == rc.shape);
+    check_same(rf.values<float>(), rc.values<float>());
+    check_same(rf.values<float>(), direct<float>(kMix, {{"A", &d.a}, {"B", &d.b}}, kRows, kCols));
+}
+
+TEST_CASE("Fortran order: many columns and very long columns") {
+    // Shapes that make the reader transpose in several chunks, and columns longer than one chunk.
+    const fs::path dir = scratch("fortran_big");
+    for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{40, 30011}, {2'100'003, 3}}) {
+        INFO(rows << " x " << cols);
+        std::vector<double> a(static_cast<std::size_t>(rows * cols));
+        for (std::size_t k = 0; k < a.size(); ++k) a[k] = static_cast<double>(k % 1000003) * 0.5;
+        write_panel(dir / "a.npy", a, rows, cols, {.fortran = true});
+        const CliResult r =
+            run_cli(dir, {"eval", "-e", "A * 2 + 1", "-i", "A=a.npy", "-o", "out.npy", "--backend", "cpu"});
+        INFO("stderr: " << r.err);
+        REQUIRE(r.rc == 0);
+        const ReadBack o = read_back(dir / "out.npy");
+        CHECK(o.shape == std::vector<std::int64_t>{rows, cols});
+        const auto got = o.values<double>();
+        REQUIRE(got.size() == a.size());
+        std::size_t bad = 0;
+        for (std::size_t k = 0; k < a.size(); ++k) bad += got[k] != a[k] * 2 + 1;
+        CHECK(bad == 0);
+    }
+    fs::remove_all(dir);
+}
+
+TEST_CASE("version 2.0 and 3.0 headers read like 1.0") {
+    const fs::path dir = scratch("v2");
+    const AB d = write_ab(dir);
+    write_panel(dir / "a2.npy", d.a, kRows, kCols, {.major = 2});
+    write_panel(dir / "b3.npy", d.b, kRows, kCols, {.major = 3});
+    const CliResult r = run_cli(
+        dir, {"eval", "-e", kCorr, "-i", "A=a2.npy", "-i", "B=b3.npy", "-o", "out.npy", "--backend", "cpu"});
+    INFO("stderr: " << r.err);
+    REQUIRE(r.rc == 0);
+    check_same(read_back(dir / "out.npy").values<float>(),
+               direct<float>(kCorr, {{"A", &d.a}, {"B", &d.b}}, kRows, kCols));
+}
+
+TEST_CASE("float64 in, float64 out") {
+    const fs::path dir = scratch("f64");
+    const auto a = make_panel<double>(kRows, kCols, 5), b = make_panel<double>(kRows, kCols, 6);
+    write_panel(dir / "a.npy", a, kRows, kCols);
+    write_panel(dir / "b.npy", b, kRows, kCols, {.fortran = true});
+    const CliResult r = run_cli(
+        dir, {"eval", "-e", kCorr, "-i", "A=a.npy", "-i", "B=b.npy", "-o", "out.npy", "--backend", "cpu"});
+    INFO("stderr: " << r.err);
+    REQUIRE(r.rc == 0);
+    const ReadBack o = read_back(dir / "out.npy");
+    CHECK(o.descr == "<f8");
+    CHECK(o.shape == std::vector<std::int64_t>{kRows, kCols});
+    check_same(o.values<double>(), direct<double>(kCorr, {{"A", &a}, {"B", &b}}, kRows, kCols));
+}
+
+TEST_CASE("--round-windows rounds non-integer windows, the default floors them") {
+    const fs::path dir = scratch("round");
+    const AB d = write_ab(dir);
+    const std::string expr = "mean(window(A, 2.7))";
+    auto r = run_cli(dir, {"eval", "-e", expr, "-i", "A=a.npy", "-o", "round.npy", "--round-windows", "--backend", "cpu"});
+    INFO("stderr: " << r.err);
+    REQUIRE(r.rc == 0);
+    r = run_cli(dir, {"eval", "-e", expr, "-i", "A=a.npy", "-o", "floor.npy", "--backend", "cpu"});
+    REQUIRE(r.rc == 0);
+    check_same(read_back(dir / "round.npy").values<float>(),
+               direct<float>("mean(window(A, 3))", {{"A", &d.a}}, kRows, kCols));
+    check_same(read_back(dir / "floor.npy").values<float>(),
+               direct<float>("mean(window(A, 2))", {{"A", &d.a}}, kRows, kCols));
+}
+
+TEST_CASE("the default backend prints nothing and agrees with the CPU") {
+    // auto picks CUDA where a GPU is usable: equal within float32 rounding, NaN placement identical.
+    const fs::path dir = scratch("auto");
+    const AB d = write_ab(dir);
+    const CliResult r = run_cli(dir, {"eval", "-e", kCorr, "-i", "A=a.npy", "-i", "B=b.npy", "-o", "out.npy"});
+    INFO("stderr: " << r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(r.err.empty());
+    CHECK(r.out.empty());
+    const auto got = read_back(dir / "out.npy").values<float>();
+    const auto want = direct<float>(kCorr, {{"A", &d.a}, {"B", &d.b}}, kRows, kCols);
+    REQUIRE(got.size() == want.size());
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < got.size(); ++i)
+        bad += std::isnan(want[i]) ? !std::isnan(got[i]) : !(std::fabs(got[i] - want[i]) <= 1e-5f);
+    CHECK(bad == 0);
+}
+
+TEST_CASE("outputs get the mode of an ordinary new file") {
+    const fs::path dir = scratch("mode");
+    write_ab(dir);
+    const CliResult r = run_cli(dir, {"eval", "-e", "A", "-i", "A=a.npy", "-o", "out.npy", "--backend", "cpu"});
+    REQUIRE(r.rc == 0);
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    const auto perms = fs::status(dir / "out.npy").permissions();
+    CHECK(static_cast<unsigned>(perms) == (0666u & ~static_cast<unsigned>(mask)));
+}
+
+TEST_CASE("an expression that reads no input takes the shape of the first -i") {
+    const fs::path dir = scratch("const");
+    write_ab(dir);
+    const CliResult r = run_cli(dir, {"eval", "-e", "1 + 2", "-i", "A=a.npy", "-o", "out.npy", "--backend", "cpu"});
+    INFO("stderr: " << r.err);
+    REQUIRE(r.rc == 0);
+    const ReadBack o = read_back(dir / "out.npy");
+    CHECK(o.shape == std::vector<std::int64_t>{kRows, kCols});
+    const auto v = o.values<float>();
+    CHECK(std::count(v.begin(), v.end(), 3.0f) == kRows * kCols);
+
+    const CliResult none = run_cli(dir, {"eval", "-e", "1 + 2", "-o", "none.npy"});
+    CHECK(none.rc == 2);
+    CHECK(none.err.find("shape") != std::string::npos);
+    CHECK_FALSE(fs::exists(dir / "none.npy"));
+}
+
+TEST_CASE("an empty panel (0 rows) gives an empty output") {
+    const fs::path dir = scratch("empty");
+    write_panel(dir / "a.npy", std::vector<float>{}, 0, kCols);
+    const CliResult r =
+        run_cli(dir, {"eval", "-e", "mean(window(A, 3))", "-i", "A=a.npy", "-o", "out.npy", "--backend", "cpu"});
+    INFO("stderr: " << r.err);
+    REQUIRE(r.rc == 0);
+    const ReadBack o = read_back(dir / "out.npy");
+    CHECK(o.shape == std::vector<std::int64_t>{0, kCols});
+    CHECK(o.data.empty());
+}
+
+TEST_CASE("-v reports the backend and timings on stderr") {
+    const fs::path dir = scratch("verbose");
+    write_ab(dir);
+    const CliResult r = run_cli(
+        dir, {"eval", "-v", "-e", kCorr, "-i", "A=a.npy", "-i", "B=b.npy", "-o", "out.npy", "--backend", "cpu"});
+    INFO("stderr: " << r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(r.err.find("backend cpu") != std::string::npos);
+    CHECK(r.err.find(" ms") != std::string::npos);
+    CHECK(r.out.empty());
+}
+
+TEST_CASE("usage: --help, no arguments, unknown command, compile without -e") {
+    const fs::path dir = scratch("usage");
+    CliResult r = run_cli(dir, {"--help"});
+    CHECK(r.rc == 0);
+    CHECK(r.out.find("usage") != std::string::npos);
+    CHECK(r.out.find("eval") != std::string::npos);
+
+    r = run_cli(dir, {"eval", "--help"});
+    CHECK(r.rc == 0);
+    CHECK(r.out.find("-i") != std::string::npos);
+    CHECK(r.out.find("--backend") != std::string::npos);
+
+    r = run_cli(dir, {"explain", "--help"});
+    CHECK(r.rc == 0);
+    CHECK(r.out.find("usage") != std::string::npos);
+
+    r = run_cli(dir, {});
+    CHECK(r.rc == 2);
+    CHECK(r.err.find("usage") != std::string::npos);
+
+    r = run_cli(dir, {"frobnicate"});
+    CHECK(r.rc == 2);
+    CHECK(r.err.find("factorjit: error: unknown command 'frobnicate'") != std::string::npos);
+
+    r = run_cli(dir, {"compile"});
+    CHECK(r.rc == 2);
+    CHECK(r.err.find("factorjit: error:") != std::string::npos);
+}
+
+TEST_CASE("explain prints regions, halos and kernels") {
+    const fs::path dir = scratch("explain");
+    const CliResult r = run_cli(dir, {"explain", "-e", kCorr, "-e", "mean(window(corr(window(A, 5), window(B, 5)), 4))",
+                                      "--backend", "cpu"});
+    INFO("stdout: " << r.out << "\nstderr: " << r.err);
+    REQUIRE(r.rc == 0);
+    const bool mentions = r.out.find("halo") != std::string::npos || r.out.find("fj_") != std::string::npos;
+    CHECK(mentions);
+
+    const CliResult bad = run_cli(dir, {"explain", "-e", "corr(window(A, 5), window(B, 6))"});
+    CHECK(bad.rc == 2);
+    CHECK(bad.err.find("factorjit: error: bad expression") != std::string::npos);
+}
+
+TEST_CASE("failures: exit 2, a helpful message, no output written") {
+    const fs::path dir = scratch("fail");
+    write_ab(dir);
+    const std::string out = (dir / "out.npy").string();
+    auto eval = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args = {"eval", "--backend", "cpu"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        return args;
+    };
+
+    SUBCASE("unknown input name") {
+        expect_failure(dir, eval({"-e", "A + C", "-i", "A=a.npy", "-i", "B=b.npy", "-o", "out.npy"}),
+                       {"unknown input 'C'", "known inputs: A, B"}, out);
+    }
+    SUBCASE("shape mismatch") {
+        write_panel(dir / "w.npy", make_panel<float>(kRows, 6, 7), kRows, 6);
+        expect_failure(dir, eval({"-e", "A + W", "-i", "A=a.npy", "-i", "W=w.npy", "-o", "out.npy"}),
+                       {"'A'", "a.npy", "(64, 7)", "'W'", "w.npy", "(64, 6)", "shape"}, out);
+    }
+    SUBCASE("1-D against 2-D is a shape mismatch") {
+        write_panel(dir / "s.npy", make_panel<float>(kRows, 1, 7), kRows, 1, {.one_d = true});
+        expect_failure(dir, eval({"-e", "A + S", "-i", "A=a.npy", "-i", "S=s.npy", "-o", "out.npy"}),
+                       {"(64, 7)", "(64,)"}, out);
+    }
+    SUBCASE("dtype mismatch") {
+        write_panel(dir / "d.npy", make_panel<double>(kRows, kCols, 7), kRows, kCols);
+        expect_failure(dir, eval({"-e", "A + D", "-i", "A=a.npy", "-i", "D=d.npy", "-o", "out.npy"}),
+                       {"'A'", "'D'", "float32", "float64", "d.npy"}, out);
+    }
+    SUBCASE("missing file") {
+        expect_failure(dir, eval({"-e", kCorr, "-i", "A=a.npy", "-i", "B=nope.npy", "-o", "out.npy"}),
+                       {"nope.npy", "No such file"}, out);
+    }
+    SUBCASE("a directory as input") {
+        fs::create_directories(dir / "adir");
+        expect_failure(dir, eval({"-e", "A", "-i", "A=adir", "-o", "out.npy"}), {"adir"}, out);
+    }
+    SUBCASE("not a .npy file") {
+        std::ofstream(dir / "text.npy") << "hello, world\n";
+        expect_failure(dir, eval({"-e", "A", "-i", "A=text.npy", "-o", "out.npy"}), {"text.npy", "not a .npy"}, out);
+    }
+    SUBCASE("empty file") {
+        std::ofstream(dir / "empty.npy").close();
+        expect_failure(dir, eval({"-e", "A", "-i", "A=empty.npy", "-o", "out.npy"}), {"empty.npy"}, out);
+    }
+    SUBCASE("truncated data") {
+        const auto a = make_panel<float>(kRows, kCols, 1);
+        write_npy_raw(dir / "t.npy", "<f4", false, "(64, 7)", a.data(), a.size() * 4 - 4);
+        expect_failure(dir, eval({"-e", kCorr, "-i", "A=t.npy", "-i", "B=b.npy", "-o", "out.npy"}),
+                       {"t.npy", "truncated"}, out);
+    }
+    SUBCASE("truncated header") {
+        const std::string head("\x93NUMPY\x01\x00\x76\x00{'descr'", 17);
+        std::ofstream(dir / "h.npy", std::ios::binary) << head;
+        expect_failure(dir, eval({"-e", "A", "-i", "A=h.npy", "-o", "out.npy"}), {"h.npy"}, out);
+    }
+    SUBCASE("3-D array") {
+        const std::vector<float> v(2 * 3 * 4, 1.0f);
+        write_npy_raw(dir / "c.npy", "<f4", false, "(2, 3, 4)", v.data(), v.size() * 4);
+        expect_failure(dir, eval({"-e", "A", "-i", "A=c.npy", "-o", "out.npy"}), {"c.npy", "3-D", "(2, 3, 4)"}, out);
+    }
+    SUBCASE("0-D array") {
+        const float v = 1.0f;
+        write_npy_raw(dir / "z.npy", "<f4", false, "()", &v, 4);
+        expect_failure(dir, eval({"-e", "A", "-i", "A=z.npy", "-o", "out.npy"}), {"z.npy", "0-D"}, out);
+    }
+    SUBCASE("int64 dtype") {
+        const std::vector<std::int64_t> v(kRows * kCols, 3);
+        write_npy_raw(dir / "i.npy", "<i8", false, "(64, 7)", v.data(), v.size() * 8);
+        expect_failure(dir, eval({"-e", "A", "-i", "A=i.npy", "-o", "out.npy"}), {"i.npy", "'<i8'", "int64"}, out);
+    }
+    SUBCASE("big-endian float32") {
+        const std::vector<float> v(kRows * kCols, 3);
+        write_npy_raw(dir / "be.npy", ">f4", false, "(64, 7)", v.data(), v.size() * 4);
+        expect_failure(dir, eval({"-e", "A", "-i", "A=be.npy", "-o", "out.npy"}), {"be.npy", "big-endian"}, out);
+    }
+    SUBCASE("object dtype") {
+        const std::string pickle(64, '\0');
+        write_npy_raw(dir / "o.npy", "|O", false, "(2, 2)", pickle.data(), pickle.size());
+        expect_failure(dir, eval({"-e", "A", "-i", "A=o.npy", "-o", "out.npy"}), {"o.npy", "object"}, out);
+    }
+    SUBCASE("syntax error in an expression shows the caret") {
+        expect_failure(dir, eval({"-e", "corr(window(A, 5), window(B, 5)", "-i", "A=a.npy", "-i", "B=b.npy", "-o",
+                                  "out.npy"}),
+                       {"bad expression", "corr(window(A, 5), window(B, 5)", "^"}, out);
+    }
+    SUBCASE("invalid expression (window < 1)") {
+        expect_failure(dir, eval({"-e", "mean(window(A, 0))", "-i", "A=a.npy", "-o", "out.npy"}),
+                       {"bad expression", "window"}, out);
+    }
+    SUBCASE("-e and -o counts differ") {
+        expect_failure(dir, eval({"-e", kCorr, "-e", kMix, "-i", "A=a.npy", "-i", "B=b.npy", "-o", "out.npy"}),
+                       {"2 expressions", "1 output file"}, out);
+    }
+    SUBCASE("missing option value") {
+        expect_failure(dir, eval({"-e", kCorr, "-i", "A=a.npy", "-i", "B=b.npy", "-o"}), {"-o", "needs a value"},
+                       out);
+    }
+    SUBCASE("missing -i value form") {
+        expect_failure(dir, eval({"-e", kCorr, "-i", "a.npy", "-o", "out.npy"}), {"NAME=FILE"}, out);
+    }
+    SUBCASE("unknown option") {
+        expect_failure(dir, eval({"-e", kCorr, "-i", "A=a.npy", "-i", "B=b.npy", "-o", "out.npy", "--frobnicate"}),
+                       {"unknown option '--frobnicate'"}, out);
+    }
+    SUBCASE("stray argument") {
+        expect_failure(dir, eval({"-e", kCorr, "-i", "A=a.npy", "-i", "B=b.npy", "-o", "out.npy", "extra"}),
+                       {"unexpected argument 'extra'"}, out);
+    }
+    SUBCASE("bad --backend and --threads") {
+        expect_failure(dir, eval({"-e", kCorr, "-i", "A=a.npy", "-i", "B=b.npy", "-o", "out.npy", "--backend", "gpu"}),
+                       {"auto, cpu or cuda"}, out);
+        expect_failure(dir, eval({"-e", kCorr, "-i", "A=a.npy", "-i", "B=b.npy", "-o", "out.npy", "--threads", "x"}),
+                       {"--threads"}, out);
+    }
+    SUBCASE("the same input name twice") {
+        expect_failure(dir, eval({"-e", "A", "-i", "A=a.npy", "-i", "A=b.npy", "-o", "out.npy"}), {"'A'", "twice"}, out);
+    }
+    SUBCASE("the same output twice") {
+        expect_failure(dir, eval({"-e", "A", "-e", "-A", "-i", "A=a.npy", "-o", "out.npy", "-o", "./out.npy"}),
+                       {"twice"}, out);
+    }
+    SUBCASE("no -e") {
+        expect_failure(dir, eval({"-i", "A=a.npy", "-o", "out.npy"}), {"-e"}, out);
+    }
+    SUBCASE("output directory missing: nothing at all is written") {
+        // The first output could be written, the second cannot: neither may appear.
+        expect_failure(dir,
+                       eval({"-e", kCorr, "-e", kMix, "-i", "A=a.npy", "-i", "B=b.npy", "-o", "out.npy", "-o",
+                             "no/such/dir/mix.npy"}),
+                       {"no/such/dir/mix.npy"}, out);
+    }
+    SUBCASE("output is a directory") {
+        fs::create_directories(dir / "odir");
+        expect_failure(dir, eval({"-e", kCorr, "-e", kMix, "-i", "A=a.npy", "-i", "B=b.npy", "-o", "out.npy", "-o",
+                                  "odir"}),
+                       {"odir", "directory"}, out);
+    }
+}
+
+}  // TEST_SUITE("cli")

@@ -1,0 +1,319 @@
+// The CUDA code generator without a GPU: every operator's kernel compiles with NVRTC for sm_90 in both
+// dtypes, hand-built IR using every primitive compiles, the cubin's resources are read right, NVRTC
+// failures carry their log, and the launch configuration's arithmetic. Needs NVRTC (CI has the CUDA
+// toolkit); skips with a message where it is missing.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "codegen/cuda_emit.hpp"
+#include "codegen/ir_builder.hpp"
+#include "codegen/plan.hpp"
+#include "cuda_cases.hpp"
+#include "dsl/error.hpp"
+
+#ifdef FJ_WITH_CUDA
+#include "runtime/backend.hpp"
+#include "runtime/cuda/cuda_api.hpp"
+#include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/cuda/launch_config.hpp"
+#include "runtime/cuda/nvrtc_compile.hpp"
+#endif
+
+namespace {
+
+using fj::ir::Prim;
+
+// A kernel using every primitive of FJ_PRIMS at least once (values need not mean anything).
+fj::ir::Kernel every_primitive_kernel(int ring_size) {
+    fj::ir::Kernel k;
+    k.name = "fj_test_every_prim";
+    k.inputs = {"A", "B"};
+    k.outputs = {"o0", "o1", "o2"};
+    fj::codegen::IrBuilder b(k);
+    const int s = b.new_state(std::numeric_limits<double>::quiet_NaN(), "state");
+    const int r = b.new_ring(ring_size, "ring of A");
+    auto x = b.input(0, 0), y = b.input(1, 3), lag = b.input(0, ring_size - 1);
+    b.push(r, x);
+    auto t = b.row();
+    auto inpass = b.row_in_pass(2);
+    auto st = b.load(s);
+    auto old = b.ring_read(r, ring_size - 1);
+    auto cur = b.ring_read(r, 0);
+    auto sum = b.add(b.sub(b.mul(x, y), b.div(old, cur)), b.f(Prim::Neg, st));
+    auto fun = b.add(b.f(Prim::Abs, sum), b.f(Prim::Sqrt, b.f(Prim::Exp, b.f(Prim::Log, b.f(Prim::Abs, x)))));
+    auto pw = b.f(Prim::Pow, b.f(Prim::Floor, fun), b.f(Prim::Recip, b.f(Prim::RSqrt, y)));
+    auto c1 = b.b(Prim::CmpLT, x, y), c2 = b.b(Prim::CmpLE, x, y), c3 = b.b(Prim::CmpGT, x, y);
+    auto c4 = b.b(Prim::CmpGE, x, y), c5 = b.b(Prim::CmpEQ, x, y), c6 = b.b(Prim::CmpONE, x, y);
+    auto c7 = b.b(Prim::CmpUNE, x, y), c8 = b.isnan(lag);
+    auto logic = b.lor(b.land(c1, c2), b.lnot(b.land(b.lor(c3, c4), b.lor(b.lor(c5, c6), b.lor(c7, c8)))));
+    auto both = b.land(logic, inpass);
+    auto ext = b.ring_arg_ext(r, both, ring_size, true);
+    auto mn = b.ring_arg_ext(r, c1, ring_size - 1 > 0 ? ring_size - 1 : 1, false);
+    auto dyn = b.ring_read_dyn(r, ext);
+    auto sel = b.select(both, b.f(Prim::Fma, pw, x, dyn), dyn);
+    auto bsel = b.select(c1, c2, c3);  // Bool select
+    b.store(s, b.add(sel, t));
+    b.output(0, sel);
+    b.output(1, b.to_f64(bsel));
+    b.output(2, b.add(mn, b.ring_read_dyn(r, mn)));
+    k.halo = ring_size;
+    return k;
+}
+
+}  // namespace
+
+TEST_SUITE("cuda_compile") {
+
+TEST_CASE("the op cases cover every operator") {
+    const auto missing = fj::test::ops_not_covered(fj::test::cuda_op_cases());
+    std::string names;
+    for (const auto& m : missing) names += m + " ";
+    CHECK_MESSAGE(missing.empty(), "operators without a CUDA case in tests/cuda_cases.hpp: " << names);
+}
+
+TEST_CASE("emitted source: one extern C kernel, readable name, no includes, 64-bit indexing") {
+    fj::ir::Kernel k = every_primitive_kernel(5);
+    k.name = "fj_corr_A-B/20";
+    const std::string src = fj::codegen::emit_cuda(k, {});
+    CHECK(fj::codegen::cuda_kernel_name(k) == "fj_corr_A_B_20");
+    CHECK(src.find("extern \"C\" __global__ void fj_corr_A_B_20(") != std::string::npos);
+    CHECK(src.find("#include") == std::string::npos);
+    CHECK(src.find("long long j = (long long)blockIdx.x") != std::string::npos);
+    CHECK(src.find("fast") == std::string::npos);
+    CHECK(fj::codegen::cuda_kernel_name(fj::ir::Kernel{"9lives"}) == "fj_9lives");
+    const auto opts = fj::codegen::cuda_compile_options("sm_90", false);
+    for (const auto& o : opts) CHECK(o.find("fast") == std::string::npos);
+}
+
+TEST_CASE("malformed IR is an error, not bad source") {
+    fj::ir::Kernel k;
+    k.name = "bad";
+    k.inputs = {"A"};
+    k.outputs = {"o"};
+    k.body.push_back({Prim::Input, fj::ir::Type::F64, -1, -1, -1, 0, 0});
+    k.body.push_back({Prim::Output, fj::ir::Type::Void, 5, -1, -1, 0, 0});  // operand from the future
+    CHECK_THROWS_AS(fj::codegen::emit_cuda(k, {}), fj::BackendError);
+    k.body[1].a = 0;
+    k.body[1].slot = 3;  // no output 3
+    CHECK_THROWS_AS(fj::codegen::emit_cuda(k, {}), fj::BackendError);
+}
+
+#ifdef FJ_WITH_CUDA
+
+namespace cu = fj::rt::cuda;
+
+bool have_nvrtc() {
+    std::string why;
+    if (cu::nvrtc(&why)) return true;
+    MESSAGE("skipped: NVRTC unavailable: " << why);
+    return false;
+}
+
+TEST_CASE("every primitive compiles, registers and local frame read from the cubin") {
+    if (!have_nvrtc()) return;
+    for (fj::DType dtype : {fj::DType::F32, fj::DType::F64})
+        for (int ring : {1, 5, 40}) {  // register shift ring, and a local-memory ring
+            CAPTURE(ring);
+            const fj::ir::Kernel k = every_primitive_kernel(ring);
+            cu::CudaSettings s;
+            s.unroll = 2;
+            cu::CudaCompiled c = cu::compile_cuda_kernel(k, dtype, "sm_90", true, s);
+            REQUIRE(c.entry.image.size() > 4);
+            CHECK(std::string(c.entry.image.data(), 4) == "\x7f" "ELF");
+            CHECK(c.registers > 0);
+            CHECK(c.stack_bytes >= 0);
+            if (ring == 40) CHECK(c.stack_bytes >= 40 * 8);  // the circular ring lives in local memory
+            // The same counts as ptxas reports for the same source.
+            auto opts = fj::codegen::cuda_compile_options("sm_90", false);
+            opts.push_back("--ptxas-options=-v");
+            const cu::NvrtcOutput v = cu::nvrtc_compile(c.source, c.function, opts, true, "");
+            CHECK(v.log.find("Used " + std::to_string(c.registers) + " registers") != std::string::npos);
+        }
+}
+
+TEST_CASE("every operator's kernel compiles for sm_90, float32 and float64") {
+    if (!have_nvrtc()) return;
+    const auto cases = fj::test::cuda_op_cases();
+    cu::CudaSettings s;
+    s.unroll = 1;  // the batch copies of the body add nothing to what is checked here, only time
+    for (fj::DType dtype : {fj::DType::F32, fj::DType::F64}) {
+        CAPTURE(fj::dtype_name(dtype));
+        std::vector<fj::codegen::Plan> plans;
+        for (const auto& c : cases) plans.push_back(fj::codegen::make_plan({{"out", c.second}}, dtype));
+        std::vector<const fj::ir::Kernel*> kernels;
+        for (const auto& p : plans)
+            for (const auto& r : p.regions) kernels.push_back(&r.kernel);
+        std::vector<cu::CudaCompiled> out;
+        try {
+            out = cu::compile_cuda_kernels(kernels, dtype, "sm_90", true, s);
+        } catch (const fj::Error& e) {
+            FAIL(e.what());
+        }
+        REQUIRE(out.size() == kernels.size());
+        for (std::size_t i = 0; i < out.size(); ++i) {
+            CAPTURE(out[i].function);
+            CHECK(out[i].registers > 0);
+            CHECK(out[i].log.find("warning") == std::string::npos);
+        }
+    }
+}
+
+TEST_CASE("all operators in one program, default settings, both dtypes") {
+    if (!have_nvrtc()) return;
+    for (fj::DType dtype : {fj::DType::F32, fj::DType::F64})
+        for (const auto& r : fj::codegen::make_plan(fj::test::cuda_op_cases(), dtype).regions) {
+            cu::CudaCompiled c = cu::compile_cuda_kernel(r.kernel, dtype, "sm_90", true, cu::CudaSettings{});
+            CHECK(c.registers > 0);
+            CHECK(c.registers <= 255);
+        }
+}
+
+TEST_CASE("NVRTC failure: BackendError with the log and the dump path") {
+    if (!have_nvrtc()) return;
+    const std::string dir = std::string(FJ_TEST_TMP) + "/cuda_dump";
+    std::filesystem::remove_all(dir);
+    ::setenv("FJ_DUMP_DIR", dir.c_str(), 1);
+    const std::string path = cu::dump_source("broken", "this is not CUDA");
+    ::unsetenv("FJ_DUMP_DIR");
+    CHECK(path == dir + "/broken.cu");
+    CHECK(std::filesystem::exists(path));
+    try {
+        cu::nvrtc_compile("extern \"C\" __global__ void k() { undeclared_thing(); }", "broken",
+                          fj::codegen::cuda_compile_options("sm_90", false), true, path);
+        FAIL("expected a BackendError");
+    } catch (const fj::BackendError& e) {
+        const std::string m = e.what();
+        CHECK(m.find("nvrtcCompileProgram") != std::string::npos);
+        CHECK(m.find("undeclared_thing") != std::string::npos);  // the log
+        CHECK(m.find(path) != std::string::npos);
+    }
+}
+
+TEST_CASE("FJ_DUMP_DIR keeps every generated source") {
+    if (!have_nvrtc()) return;
+    const std::string dir = std::string(FJ_TEST_TMP) + "/cuda_dump2";
+    std::filesystem::remove_all(dir);
+    ::setenv("FJ_DUMP_DIR", dir.c_str(), 1);
+    const fj::codegen::Plan plan = fj::codegen::make_plan({{"o", fj::mean(fj::window(fj::input("A"), 3))}});
+    cu::CudaSettings s;
+    s.unroll = 1;
+    cu::CudaCompiled c = cu::compile_cuda_kernel(plan.regions[0].kernel, fj::DType::F32, "sm_90", true, s);
+    ::unsetenv("FJ_DUMP_DIR");
+    REQUIRE(!c.dump_path.empty());
+    std::ifstream f(c.dump_path);
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    CHECK(text == c.source);
+}
+
+TEST_CASE("cache keys separate dtype, arch and code-generation settings") {
+    if (!have_nvrtc()) return;
+    const fj::codegen::Plan plan = fj::codegen::make_plan({{"o", fj::mean(fj::window(fj::input("A"), 3))}});
+    const auto& k = plan.regions[0].kernel;
+    cu::CudaSettings s, s2;
+    s2.unroll = 2;
+    const std::string a = cu::cuda_kernel_key(k, fj::DType::F32, "sm_90", true, s);
+    CHECK(a == cu::cuda_kernel_key(k, fj::DType::F32, "sm_90", true, s));
+    CHECK(a != cu::cuda_kernel_key(k, fj::DType::F64, "sm_90", true, s));
+    CHECK(a != cu::cuda_kernel_key(k, fj::DType::F32, "sm_80", true, s));
+    CHECK(a != cu::cuda_kernel_key(k, fj::DType::F32, "sm_90", true, s2));
+    s2 = s;
+    s2.fmad = true;
+    CHECK(a != cu::cuda_kernel_key(k, fj::DType::F32, "sm_90", true, s2));
+}
+
+TEST_CASE("arch parsing") {
+    int ma = 0, mi = 0;
+    cu::parse_arch("sm_90", &ma, &mi);
+    CHECK((ma == 9 && mi == 0));
+    cu::parse_arch("sm_120", &ma, &mi);
+    CHECK((ma == 12 && mi == 0));
+    cu::parse_arch("sm_90a", &ma, &mi);
+    CHECK((ma == 9 && mi == 0));
+    CHECK_THROWS_AS(cu::parse_arch("sm_9", &ma, &mi), fj::Error);
+    CHECK_THROWS_AS(cu::parse_arch("90", &ma, &mi), fj::Error);
+}
+
+TEST_CASE("launch configuration") {
+    cu::LaunchInput in;
+    in.sm_count = 132;
+    in.block = 256;
+    in.blocks_per_sm = 4;
+    in.halo = 19;
+
+    SUBCASE("50,000 x 50,000: few long tiles, the halo a tiny share") {
+        in.rows = in.cols = 50000;
+        const cu::LaunchShape s = cu::choose_launch(in);
+        CHECK(s.block == 256);
+        CHECK(s.grid_x == 196);
+        CHECK(s.grid_x * s.grid_y >= 132 * 4 * 4);
+        CHECK(s.tile_rows * s.ntiles >= 50000);
+        CHECK(s.tile_rows >= 8 * 19);
+    }
+    SUBCASE("5,000 x 4,000: tiles fill the GPU, but no tile shorter than 8 halos") {
+        in.rows = 5000;
+        in.cols = 4000;
+        const cu::LaunchShape s = cu::choose_launch(in);
+        CHECK(s.grid_x == 16);
+        CHECK(s.tile_rows >= 8 * 19);
+        CHECK(s.ntiles >= 20);
+        CHECK(s.tile_rows * s.ntiles >= 5000);
+        CHECK((s.ntiles - 1) * s.tile_rows < 5000);
+    }
+    SUBCASE("one column: a single warp per block") {
+        in.rows = 1000;
+        in.cols = 1;
+        const cu::LaunchShape s = cu::choose_launch(in);
+        CHECK(s.block == 32);
+        CHECK(s.grid_x == 1);
+    }
+    SUBCASE("1 x 1") {
+        in.rows = in.cols = 1;
+        const cu::LaunchShape s = cu::choose_launch(in);
+        CHECK(s.grid_x == 1);
+        CHECK(s.ntiles == 1);
+        CHECK(s.tile_rows == 1);
+    }
+    SUBCASE("an explicit tile length wins") {
+        in.rows = 1000;
+        in.cols = 100;
+        in.tile_rows = 7;
+        const cu::LaunchShape s = cu::choose_launch(in);
+        CHECK(s.tile_rows == 7);
+        CHECK(s.ntiles == 143);
+    }
+    SUBCASE("more tiles than the grid's y limit: the kernel strides") {
+        in.rows = 10'000'000;
+        in.cols = 32;
+        in.tile_rows = 10;
+        const cu::LaunchShape s = cu::choose_launch(in);
+        CHECK(s.ntiles == 1'000'000);
+        CHECK(s.grid_y == 65535);
+    }
+    SUBCASE("empty") {
+        in.rows = 0;
+        in.cols = 10;
+        CHECK(cu::choose_launch(in).grid_x == 0);
+    }
+}
+
+TEST_CASE("cuda_backend() without a GPU says why") {
+    std::string why;
+    fj::rt::BackendImpl* b = fj::rt::cuda_backend(&why);
+    if (b) {
+        MESSAGE("a GPU is present: " << b->name());
+    } else {
+        CHECK(!why.empty());
+        MESSAGE("cuda_backend() is null: " << why);
+    }
+}
+
+#endif  // FJ_WITH_CUDA
+
+}  // TEST_SUITE

@@ -1,0 +1,214 @@
+// The CUDA backend on a GPU: every operator against the reference (tests/backend_cases.hpp, the same
+// checks as the CPU backend's), float32 and float64, host panels and device panels, leading dimensions
+// beyond the column count, many short time tiles (halos crossing tiles), odd shapes, CUDA against the
+// CPU backend, and the kernel cache across programs. Every case skips with a message where
+// fj::rt::cuda_backend() is null (no GPU, driver or NVRTC).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend_cases.hpp"
+#include "cuda_cases.hpp"
+#include "test_data.hpp"
+
+#ifdef FJ_WITH_CUDA
+#include "runtime/backend.hpp"
+#include "runtime/cuda/cuda_api.hpp"
+#endif
+
+namespace {
+
+bool have_gpu() {
+#ifdef FJ_WITH_CUDA
+    std::string why;
+    if (fj::rt::cuda_backend(&why)) return true;
+    MESSAGE("skipped: no CUDA backend: " << why);
+    return false;
+#else
+    MESSAGE("skipped: built without the CUDA backend");
+    return false;
+#endif
+}
+
+#ifdef FJ_WITH_CUDA
+namespace cu = fj::rt::cuda;
+
+// Device copies of host panels (same shape and leading dimension) for the duration of one run.
+struct DeviceCopy {
+    cu::CUdeviceptr ptr = 0;
+    std::size_t bytes = 0;
+    explicit DeviceCopy(const fj::Panel& p) {
+        bytes = static_cast<std::size_t>(p.rows * p.ld) * fj::dtype_size(p.dtype);
+        FJ_CU(cuMemAlloc, &ptr, std::max<std::size_t>(bytes, 1));
+        if (bytes) FJ_CU(cuMemcpyHtoD, ptr, p.data, bytes);  // the poison and the padding too
+    }
+    ~DeviceCopy() { cu::driver_api().cuMemFree(ptr); }
+    fj::Panel panel(const fj::Panel& like) const {
+        return fj::Panel::device(ptr, like.rows, like.cols, like.ld, like.dtype);
+    }
+};
+
+// A backend_cases Runner that runs on device panels and copies the results back.
+void run_on_device(const fj::Program& program, const std::map<std::string, fj::Panel>& inputs,
+                   const std::map<std::string, fj::Panel>& outputs) {
+    cu::make_current(*cu::device());
+    std::map<std::string, std::unique_ptr<DeviceCopy>> din, dout;
+    std::map<std::string, fj::Panel> pin, pout;
+    for (const auto& [n, p] : inputs) {
+        din[n] = std::make_unique<DeviceCopy>(p);
+        pin[n] = din[n]->panel(p);
+    }
+    for (const auto& [n, p] : outputs) {
+        dout[n] = std::make_unique<DeviceCopy>(p);
+        pout[n] = dout[n]->panel(p);
+    }
+    program.run(pin, pout);
+    for (const auto& [n, p] : outputs)
+        if (dout[n]->bytes) FJ_CU(cuMemcpyDtoH, p.data, dout[n]->ptr, dout[n]->bytes);
+}
+#endif
+
+struct GpuData {
+    fj::test::Dataset ds;
+    fj::test::CheckOptions check;
+};
+
+std::vector<GpuData> gpu_data() {
+    using fj::test::Flavour;
+    std::vector<GpuData> v;
+    fj::test::CheckOptions padded;
+    padded.ld_in = 41;
+    padded.ld_out = 40;
+    v.push_back({fj::test::dataset("price, messy", 600, 37, fj::test::messy(Flavour::Price), 11), padded});
+    v.push_back({fj::test::dataset("1e4 + N(0,1), messy", 300, 70, fj::test::messy(Flavour::Offset1e4), 12), {}});
+    return v;
+}
+
+template <class T>
+void all_cases(const fj::CompileOptions& extra, bool device, bool each) {
+    const auto cases = fj::test::cuda_op_cases();
+    for (GpuData& d : gpu_data()) {
+        fj::CompileOptions o = T::options(extra);
+#ifdef FJ_WITH_CUDA
+        if (device) d.check.runner = run_on_device;
+#else
+        (void)device;
+#endif
+        if (each) {
+            for (const auto& c : cases) fj::test::check_against_reference({c}, d.ds, T::dtype, o, d.check);
+        } else {
+            fj::test::check_against_reference(cases, d.ds, T::dtype, o, d.check);
+        }
+    }
+}
+
+}  // namespace
+
+TEST_SUITE("cuda_gpu") {
+
+TEST_CASE_TEMPLATE_DEFINE("every operator, one program each, host panels", T, cuda_each) {
+    if (!have_gpu()) return;
+    all_cases<T>({}, false, true);
+}
+TEST_CASE_TEMPLATE_APPLY(cuda_each, fj::test::CudaTargets);
+
+TEST_CASE_TEMPLATE_DEFINE("all operators in one program: host panels, device panels, short tiles", T, cuda_all) {
+    if (!have_gpu()) return;
+    all_cases<T>({}, false, false);
+    all_cases<T>({}, true, false);
+    for (std::int64_t tile : {1, 7, 64}) {
+        CAPTURE(tile);
+        fj::CompileOptions o;
+        o.tile_rows = tile;
+        all_cases<T>(o, true, false);
+    }
+}
+TEST_CASE_TEMPLATE_APPLY(cuda_all, fj::test::CudaTargets);
+
+TEST_CASE_TEMPLATE_DEFINE("odd shapes", T, cuda_shapes) {
+    if (!have_gpu()) return;
+    using fj::test::Flavour;
+    const auto cases = fj::test::cuda_op_cases();
+    for (auto [rows, cols] : std::vector<std::pair<int, int>>{{1, 1}, {1, 40}, {300, 1}, {25, 1000}, {70, 33}}) {
+        CAPTURE(rows);
+        CAPTURE(cols);
+        auto ds = fj::test::dataset("price, messy", rows, cols, fj::test::messy(Flavour::Price), 21);
+        fj::test::check_against_reference(cases, ds, T::dtype, T::options());
+    }
+}
+TEST_CASE_TEMPLATE_APPLY(cuda_shapes, fj::test::CudaTargets);
+
+#ifdef FJ_WITH_CUDA
+
+TEST_CASE_TEMPLATE_DEFINE("CUDA against the CPU backend: the headline case and nested windows", T, cuda_vs_cpu) {
+    if (!have_gpu()) return;
+    if (!fj::rt::cpu_backend()) {
+        MESSAGE("skipped: no CPU backend in this build");
+        return;
+    }
+    using fj::test::Flavour;
+    const fj::Expr A = fj::input("A"), B = fj::input("B");
+    const fj::test::NamedExprs exprs = {
+        {"corr", fj::corr(fj::window(A, 20), fj::window(B, 20))},
+        {"std", fj::std(fj::window(A, 250))},
+        {"nested", fj::mean(fj::window(fj::std(fj::window(A, 5)), 10))},
+        {"max", fj::max(fj::window(A, 30))},
+    };
+    auto ds = fj::test::dataset("price, messy", 3000, 257, fj::test::messy(Flavour::Price), 31);
+    fj::CompileOptions gpu, cpu;
+    gpu.backend = fj::Backend::Cuda;
+    cpu.backend = fj::Backend::Cpu;
+    auto g = fj::test::compile_and_run(exprs, ds.inputs, ds.rows, ds.cols, T::dtype, gpu);
+    auto c = fj::test::compile_and_run(exprs, ds.inputs, ds.rows, ds.cols, T::dtype, cpu);
+    REQUIRE(g);
+    REQUIRE(c);
+    for (const auto& [name, e] : exprs) {
+        CAPTURE(name);
+        const std::string msg = fj::test::compare_output(g->at(name), c->at(name), ds.cols, T::dtype, e.node(), {});
+        CHECK_MESSAGE(msg.empty(), msg);
+    }
+}
+TEST_CASE_TEMPLATE_APPLY(cuda_vs_cpu, fj::test::CudaTargets);
+
+TEST_CASE("kernels are compiled once per process; explain names the backend and the cache") {
+    if (!have_gpu()) return;
+    const fj::Expr A = fj::input("A"), B = fj::input("B");
+    fj::CompileOptions o;
+    o.backend = fj::Backend::Cuda;
+    std::vector<float> a(100 * 10), b(100 * 10), out(100 * 10);
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        a[i] = 100.0f + static_cast<float>(i % 17);
+        b[i] = 50.0f + static_cast<float>(i % 13);
+    }
+    for (int k = 0; k < 2; ++k) {
+        fj::Program p = fj::compile({{"c", fj::corr(fj::window(A, 7), fj::window(B, 7))}}, o);
+        CHECK(p.backend() == fj::Backend::Cuda);
+        p.run({{"A", fj::Panel::host(a.data(), 100, 10)}, {"B", fj::Panel::host(b.data(), 100, 10)}},
+              {{"c", fj::Panel::host(out.data(), 100, 10)}});
+        const std::string text = p.explain();
+        CHECK(text.find("backend cuda") != std::string::npos);
+        if (k == 1) CHECK(text.find(": memory") != std::string::npos);
+    }
+}
+
+TEST_CASE("device outputs that overlap device inputs are refused") {
+    if (!have_gpu()) return;
+    const fj::Expr A = fj::input("A");
+    fj::CompileOptions o;
+    o.backend = fj::Backend::Cuda;
+    fj::Program p = fj::compile({{"m", fj::mean(fj::window(A, 3))}}, o);
+    cu::make_current(*cu::device());
+    cu::CUdeviceptr d = 0;
+    FJ_CU(cuMemAlloc, &d, 64 * 64 * 4);
+    const fj::Panel in = fj::Panel::device(d, 64, 64, 64, fj::DType::F32);
+    CHECK_THROWS_AS(p.run({{"A", in}}, {{"m", in}}), fj::InputError);
+    cu::driver_api().cuMemFree(d);
+}
+
+#endif  // FJ_WITH_CUDA
+
+}  // TEST_SUITE
