@@ -1,6 +1,6 @@
 // C1 of TARGETS.md: the CPU backend on the headline case, next to a 2-read-1-write streaming floor
 // measured in the same run on the same panels and threads.
-// Usage: bench_cpu [rows=50000] [cols=1000] [threads=2] [reps=7]
+// Usage: bench_cpu [rows=50000] [cols=1000] [threads=2] [reps=7] [block_cols=auto] [tile_rows=auto]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -36,6 +36,8 @@ int main(int argc, char** argv) {
     const std::int64_t cols = argc > 2 ? std::stoll(argv[2]) : 1000;
     const int threads = argc > 3 ? std::stoi(argv[3]) : 2;
     const int reps = argc > 4 ? std::stoi(argv[4]) : 7;
+    const std::int64_t block_cols = argc > 5 ? std::stoll(argv[5]) : 0;
+    const std::int64_t tile_rows = argc > 6 ? std::stoll(argv[6]) : 0;
     const std::int64_t n = rows * cols;
 
     std::vector<float> a(n), b(n), c(n);
@@ -68,6 +70,8 @@ int main(int argc, char** argv) {
     fj::CompileOptions opt;
     opt.backend = fj::Backend::Cpu;
     opt.threads = threads;
+    opt.block_cols = block_cols;
+    opt.tile_rows = tile_rows;
     for (int w : {20, 250}) {
         const std::string f = "corr(window(A," + std::to_string(w) + "), window(B," + std::to_string(w) + "))";
         fj::Program p = fj::compile({{"c", fj::parse(f)}}, opt);

@@ -88,9 +88,10 @@ private:
     std::unordered_map<const Node*, int> ring_size_;  // nodes whose history is kept in a ring
     std::unordered_map<const Node*, int> ring_of_;
     std::set<std::pair<const Node*, int>> needs_second_moment_;  // (x, d) windows needing var/std
+    std::set<std::pair<const Node*, int>> needs_sum_;            // (x, d) windows needing sum/mean
 
     struct MomentGroup {
-        V n, finite, infinities, signed_infinities, shift, s1v, m2n = -1, is_const = -1;
+        V n, finite, infinities, signed_infinities = -1, shift, s1v, m2n = -1, is_const = -1;
         Dd s1, s2;
     };
     std::map<std::pair<const Node*, int>, MomentGroup> moment_groups_;
@@ -128,6 +129,7 @@ void Lowering::plan_moment_groups(const std::vector<const Node*>& roots) {
     for (const Node* n : topo_order(roots)) {
         if (n->op == Op::WVar || n->op == Op::WStd) needs_second_moment_.insert({n->args[0], n->d});
         if (n->op == Op::WCorr) needs_corr_.insert({n->args[0], n->args[1], n->d});
+        if (n->op == Op::WSum || n->op == Op::WMean) needs_sum_.insert({n->args[0], n->d});
     }
 }
 
@@ -368,17 +370,19 @@ V Lowering::moments(const Node* node) {
         V out_finite = ir_.land(ir_.row_in_pass(d), is_finite(ir_, leave));
         MomentGroup g{};
         g.n = Sums(ir_, false, in_valid, out_valid).count("n " + what);
-        // Infinities by sign: +inf counts +1, -inf counts -1 in `signed`, both count in `count`.
-        V in_inf = ir_.land(in_valid, ir_.lnot(in_finite)), out_inf = ir_.land(out_valid, ir_.lnot(out_finite));
-        Sums infs(ir_, false, in_inf, out_inf);
-        g.infinities = infs.count("infinities " + what);
-        V one = ir_.constant(1), minus_one = ir_.constant(-1), zero = ir_.constant(0);
-        g.signed_infinities = infs.add("signed infinities " + what, ir_.select(ir_.lt(zero, xv), one, minus_one),
-                                       ir_.select(ir_.lt(zero, leave), one, minus_one)).hi;
         V shift = shifted(ir_, ir_.new_state(std::numeric_limits<double>::quiet_NaN(), "shift " + what), xv, in_finite);
         V yin = ir_.sub(xv, shift), yout = ir_.sub(leave, shift);
         Sums sums(ir_, exact_, in_finite, out_finite);
         g.finite = sums.count("finite n " + what);
+        g.infinities = ir_.sub(g.n, g.finite);
+        if (needs_sum_.count(key)) {  // +inf counts +1 and -inf -1: the sign of the sum's infinite part
+            V in_inf = ir_.land(in_valid, ir_.lnot(in_finite)), out_inf = ir_.land(out_valid, ir_.lnot(out_finite));
+            V one = ir_.constant(1), minus_one = ir_.constant(-1), zero = ir_.constant(0);
+            g.signed_infinities = Sums(ir_, false, in_inf, out_inf)
+                                      .add("signed infinities " + what, ir_.select(ir_.lt(zero, xv), one, minus_one),
+                                           ir_.select(ir_.lt(zero, leave), one, minus_one))
+                                      .hi;
+        }
         g.shift = shift;
         g.s1 = sums.add("sum " + what, yin, yout);
         if (second) {
@@ -394,18 +398,20 @@ V Lowering::moments(const Node* node) {
     V nan = ir_.nan(), zero = ir_.constant(0);
     V any_inf = ir_.lt(zero, g.infinities);
     // The sum's infinite part: +inf, -inf, or NaN when both signs are in the window.
-    V inf_part = ir_.select(ir_.b(Prim::CmpEQ, g.signed_infinities, g.infinities), ir_.constant(kInf),
-                            ir_.select(ir_.b(Prim::CmpEQ, ir_.f(Prim::Neg, g.signed_infinities), g.infinities),
-                                       ir_.constant(-kInf), nan));
+    auto inf_part = [&] {
+        return ir_.select(ir_.b(Prim::CmpEQ, g.signed_infinities, g.infinities), ir_.constant(kInf),
+                          ir_.select(ir_.b(Prim::CmpEQ, ir_.f(Prim::Neg, g.signed_infinities), g.infinities),
+                                     ir_.constant(-kInf), nan));
+    };
     switch (node->op) {
     case Op::WCount: return g.n;
     case Op::WSum: {
         V s = ir_.select(at_least(ir_, g.finite, 1), ir_.add(g.s1v, ir_.mul(g.finite, g.shift)), zero);
-        return ir_.select(at_least(ir_, g.n, minp), ir_.select(any_inf, inf_part, s), nan);
+        return ir_.select(at_least(ir_, g.n, minp), ir_.select(any_inf, inf_part(), s), nan);
     }
     case Op::WMean: {
         V m = ir_.add(g.shift, ir_.mul(g.s1v, ir_.f(Prim::Recip, g.finite)));
-        return ir_.select(at_least(ir_, g.n, std::max(minp, 1)), ir_.select(any_inf, inf_part, m), nan);
+        return ir_.select(at_least(ir_, g.n, std::max(minp, 1)), ir_.select(any_inf, inf_part(), m), nan);
     }
     case Op::WVar:
     case Op::WStd: {
@@ -437,8 +443,6 @@ V Lowering::pair_moments(const Node* node) {
         V out_finite = ir_.land(ir_.row_in_pass(d), ir_.land(is_finite(ir_, lx), is_finite(ir_, ly)));
         PairGroup g{};
         g.n = Sums(ir_, false, in_valid, out_valid).count("n " + what);
-        g.infinities = Sums(ir_, false, ir_.land(in_valid, ir_.lnot(in_finite)),
-                            ir_.land(out_valid, ir_.lnot(out_finite))).count("infinities " + what);
         const double qnan = std::numeric_limits<double>::quiet_NaN();
         V shx = shifted(ir_, ir_.new_state(qnan, "shift x " + what), xv, in_finite);
         V shy = shifted(ir_, ir_.new_state(qnan, "shift y " + what), yv, in_finite);
@@ -446,6 +450,7 @@ V Lowering::pair_moments(const Node* node) {
         V yi = ir_.sub(yv, shy), yo = ir_.sub(ly, shy);
         Sums sums(ir_, exact_, in_finite, out_finite);
         V nf = sums.count("finite n " + what);
+        g.infinities = ir_.sub(g.n, nf);
         Dd sx = sums.add("sum x " + what, xi, xo);
         Dd sy = sums.add("sum y " + what, yi, yo);
         Dd sxy = sums.add_product("sum xy " + what, xi, yi, xo, yo);
