@@ -128,6 +128,7 @@ __device__ float gauss(unsigned long long k) {
     const float u2 = ((unsigned)(h & 0xffffffu) + 0.5f) * (1.0f / 16777216.0f);
     return sqrtf(-2.0f * __logf(u1)) * __cosf(6.2831853f * u2);
 }
+extern "C" __global__ void fj_bench_empty() {}
 // A: a random walk around 100 per column (steps 0.1 N(0,1)); B = 0.5 A + N(0,1). Row-major, ld = cols.
 extern "C" __global__ void fj_bench_gen(float* a, float* b, long long rows, long long cols, unsigned long long seed) {
     const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -143,18 +144,42 @@ extern "C" __global__ void fj_bench_gen(float* a, float* b, long long rows, long
 }
 )";
 
-cu::CUfunction gen_kernel() {
-    static cu::CUfunction f = [] {
+cu::CUmodule gen_module() {
+    static cu::CUmodule m = [] {
         const cu::Device& d = *cu::device();
         cu::NvrtcOutput o = cu::nvrtc_compile(kGenSource, "fj_bench_gen", fj::codegen::cuda_compile_options(d.arch(), false),
                                               true, "");
-        cu::CUmodule m = nullptr;
+        cu::CUmodule mod = nullptr;
+        FJ_CU(cuModuleLoadData, &mod, o.image.data());
+        return mod;
+    }();
+    return m;
+}
+
+cu::CUfunction gen_kernel() {
+    static cu::CUfunction f = [] {
         cu::CUfunction fn = nullptr;
-        FJ_CU(cuModuleLoadData, &m, o.image.data());
-        FJ_CU(cuModuleGetFunction, &fn, m, "fj_bench_gen");
+        FJ_CU(cuModuleGetFunction, &fn, gen_module(), "fj_bench_gen");
         return fn;
     }();
     return f;
+}
+
+// Wall time of launching an empty kernel and synchronizing its stream: the least any run can cost.
+double bare_launch_us() {
+    cu::CUfunction fn = nullptr;
+    FJ_CU(cuModuleGetFunction, &fn, gen_module(), "fj_bench_empty");
+    cu::CUstream s = nullptr;
+    FJ_CU(cuStreamCreate, &s, 0u);
+    std::vector<double> us;
+    for (int i = 0; i < 2100; ++i) {
+        const auto t0 = Clock::now();
+        FJ_CU(cuLaunchKernel, fn, 1u, 1u, 1u, 32u, 1u, 1u, 0u, s, nullptr, nullptr);
+        FJ_CU(cuStreamSynchronize, s);
+        if (i >= 100) us.push_back(ms_since(t0) * 1e3);
+    }
+    cu::driver_api().cuStreamDestroy(s);
+    return median(us);
 }
 
 void generate(cu::CUdeviceptr a, cu::CUdeviceptr b, long long rows, long long cols, unsigned long long seed) {
@@ -243,12 +268,14 @@ struct Row {
     std::string id, what;
     double ms = NAN, floor_ms = NAN;
     std::string note, smi;
+    std::string unit = "ms";
 };
 std::vector<Row> g_rows;
 
 void print_row(const Row& r) {
-    std::printf("%-4s | %-52s | %9.3f ms | floor %8.3f ms | x%5.2f | %s | smi: %s\n", r.id.c_str(), r.what.c_str(), r.ms,
-                r.floor_ms, r.ms / r.floor_ms, r.note.c_str(), r.smi.c_str());
+    std::printf("%-4s | %-52s | %9.3f %s | %s %8.3f %s | x%5.2f | %s | smi: %s\n", r.id.c_str(), r.what.c_str(), r.ms,
+                r.unit.c_str(), r.id[0] == 'G' ? "floor " : "target", r.floor_ms, r.unit.c_str(), r.ms / r.floor_ms,
+                r.note.c_str(), r.smi.c_str());
     std::fflush(stdout);
 }
 
@@ -328,16 +355,37 @@ int j3_child() {
     }
     const std::string e = p.explain();
     const bool from_disk = e.find(": disk") != std::string::npos;
-    std::printf("J3 %.3f ms (first run %.3f ms, steady run %.3f ms, kernels from %s)\n", first - median(steady), first,
-                median(steady), from_disk ? "disk" : "compiler");
+    double prepared = NAN;
+    if (auto at = e.find("prepared in "); at != std::string::npos) prepared = std::atof(e.c_str() + at + 12);
+    std::printf("J3 %.3f ms (JIT work in prepare; first run %.3f ms, steady run %.3f ms, kernels from %s)\n", prepared,
+                first, median(steady), from_disk ? "disk" : "compiler");
     return 0;
 }
 
 }  // namespace
 
+// For ncu: corr w=20 on 10,000 x 10,000 float32, three runs.
+int profile_child() {
+    std::string why;
+    if (!fj::rt::cuda_backend(&why)) return 1;
+    cu::make_current(*cu::device());
+    const long long T = 10000, N = 10000;
+    DevBuf a(T * N * 4), b(T * N * 4), out(T * N * 4);
+    generate(a.p, b.p, T, N, 3);
+    fj::CompileOptions o;
+    o.backend = fj::Backend::Cuda;
+    fj::Program p = fj::compile({{"c", corr_w(20)}}, o);
+    for (int i = 0; i < 3; ++i)
+        p.run({{"A", fj::Panel::device(a.p, T, N, N, fj::DType::F32)}, {"B", fj::Panel::device(b.p, T, N, N, fj::DType::F32)}},
+              {{"c", fj::Panel::device(out.p, T, N, N, fj::DType::F32)}});
+    std::printf("%s", p.explain().c_str());
+    return 0;
+}
+
 int main(int argc, char** argv) {
     const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
     if (argc > 1 && std::string(argv[1]) == "--j3") return j3_child();
+    if (argc > 1 && std::string(argv[1]) == "--profile") return profile_child();
     try {
         std::string why;
         if (!fj::rt::cuda_backend(&why)) {
@@ -375,9 +423,7 @@ int main(int argc, char** argv) {
             struct Variant {
                 std::string unroll, fmad, block;
             };
-            std::vector<Variant> variants = {{"1", "0", ""}, {"2", "0", ""}, {"4", "0", ""}, {"8", "0", ""},
-                                             {"1", "1", ""}, {"4", "1", ""}, {"4", "0", "128"}, {"4", "0", "256"},
-                                             {"4", "0", "512"}};
+            std::vector<Variant> variants = {{"", "", ""}, {"4", "0", ""}, {"16", "0", ""}, {"", "1", ""}, {"", "0", "256"}};
             if (const char* v = std::getenv("FJ_BENCH_VARIANTS"); v && std::string(v) == "0") variants = {{"", "", ""}};
             double best = 1e30;
             Variant best_v;
@@ -400,7 +446,7 @@ int main(int argc, char** argv) {
             // Tile lengths on the best variant.
             double g1 = 1e30;
             std::string g1_note;
-            for (long long tile : {0LL, 1024LL, 4096LL, 12500LL}) {
+            for (long long tile : {0LL, 512LL, 1024LL, 2048LL}) {
                 fj::CompileOptions o = cuda;
                 o.tile_rows = tile;
                 fj::Program p = fj::compile({{"c", corr_w(20)}}, o);
@@ -443,27 +489,36 @@ int main(int argc, char** argv) {
             double best = 1e30;
             long long best_tile = 0;
             std::string best_smi, best_launch;
-            for (long long tile : {0LL, 64LL, 128LL, 160LL, 256LL, 512LL, 1024LL}) {
+            const std::string g1_unroll = std::getenv("FJ_CUDA_UNROLL") ? std::getenv("FJ_CUDA_UNROLL") : "";
+            for (const char* unroll : {"", "4"})
+            for (long long tile : {0LL, 96LL, 160LL, 256LL}) {
+                const std::string u = *unroll ? unroll : g1_unroll;
+                setenv_or_unset("FJ_CUDA_UNROLL", u);
                 fj::CompileOptions o = cuda;
                 o.tile_rows = tile;
                 fj::Program p = fj::compile({{"c", corr_w(20)}}, o);
                 const Timing t = time_run(p, in, outs, 21, 3);
-                std::printf("  G5 tile_rows=%lld: %.4f ms (wall %.4f), %.0f%% of copy bandwidth; %s\n", tile, t.event_ms,
-                            t.wall_ms, 100.0 * floor / t.event_ms, launch_summary(p).c_str());
-                if (tile == 0) {
+                std::printf("  G5 unroll=%s tile_rows=%lld: %.4f ms (wall %.4f), %.0f%% of copy bandwidth; %s\n",
+                            u.empty() ? "default" : u.c_str(), tile, t.event_ms, t.wall_ms, 100.0 * floor / t.event_ms,
+                            launch_summary(p).c_str());
+                if (tile == 0 && !*unroll) {
                     const Check c = check_corr(a.p, b.p, out.p, t5, n5, 20);
                     g_rows.push_back({"G5", "corr w=20, 5000x4000 f32, device, auto tiles", t.event_ms, floor,
                                       fmt::format("{:.0f}% of copy bw (target >= 60%); rel err {:.1e}, NaN mism. {}",
                                                   100.0 * floor / t.event_ms, c.rel_frob, c.nan_mismatch),
                                       t.smi});
                 }
-                if (t.event_ms < best) best = t.event_ms, best_tile = tile, best_smi = t.smi, best_launch = launch_summary(p);
+                if (t.event_ms < best)
+                    best = t.event_ms, best_tile = tile, best_smi = t.smi,
+                    best_launch = "unroll " + (u.empty() ? std::string("default") : u) + ", " + launch_summary(p);
             }
-            g_rows.push_back({"G5*", fmt::format("same, best tile_rows={}", best_tile), best, floor,
+            setenv_or_unset("FJ_CUDA_UNROLL", g1_unroll);
+            g_rows.push_back({"G5*", fmt::format("same, best of unroll x tile_rows (tile {})", best_tile), best, floor,
                               fmt::format("{:.0f}% of copy bw; {}", 100.0 * floor / best, best_launch), best_smi});
         }
 
-        // ---------------- J1: cold compile per kernel ----------------
+        // ---------------- J1: cold compile per kernel (default settings from here on) ----------------
+        for (const char* v : {"FJ_CUDA_UNROLL", "FJ_CUDA_FMAD", "FJ_CUDA_BLOCK"}) ::unsetenv(v);
         {
             const fj::Expr A = fj::input("A"), B = fj::input("B");
             std::vector<std::pair<std::string, fj::Expr>> js = {
@@ -500,7 +555,7 @@ int main(int argc, char** argv) {
 
         // ---------------- J2: host overhead of a cached run ----------------
         {
-            const long long t2 = 64, n2 = 32;
+            const long long t2 = 1, n2 = 32;
             const std::size_t b2 = static_cast<std::size_t>(t2 * n2) * 4;
             DevBuf a(b2), b(b2), out(b2);
             generate(a.p, b.p, t2, n2, 7);
@@ -523,8 +578,12 @@ int main(int argc, char** argv) {
                 p.run(in, outs);
                 gpu.push_back(ev.stop_ms() * 1e3);
             }
-            g_rows.push_back({"J2", "cached run(), 64x32 device panels: wall us per run", median(wall), 20.0,
-                              fmt::format("events around run: {:.1f} us; unit: us, 'floor' = target", median(gpu)), ""});
+            const double bare = bare_launch_us();
+            g_rows.push_back({"J2", "host overhead of a cached run() (1x32 device panels)", median(wall) - bare, 20.0,
+                              fmt::format("run() wall {:.1f} us minus an empty kernel's launch + sync {:.1f} us; "
+                                          "events around run {:.1f} us",
+                                          median(wall), bare, median(gpu)),
+                              "", "us"});
         }
 
         // ---------------- J3: new process, warm disk cache ----------------

@@ -4,7 +4,8 @@
 # with --peers, /work/shared/peers/rolling_corr_peers.py (copied to .carry/) at 50,000 x 10,000.
 # A short table comes last. Logs go to $OUT (the device tool's output folder) or /tmp/fj_gpu_out.
 #
-#   bench/gpu_run.sh [--quick] [--peers] [--no-tests] [--no-bench]
+#   bench/gpu_run.sh [--quick] [--peers] [--profile] [--no-tests] [--no-bench]
+# --profile: SASS instruction counts of the headline kernel (cuobjdump) and an ncu run of it.
 #
 # Prepare on the development machine (once):
 #   mkdir -p .carry/fmt_include && cp -r /usr/include/fmt .carry/fmt_include/
@@ -15,13 +16,14 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 LOG=${OUT:-/tmp/fj_gpu_out}
 mkdir -p "$LOG"
-QUICK="" PEERS=0 TESTS=1 BENCH=1
+QUICK="" PEERS=0 TESTS=1 BENCH=1 PROFILE=0
 for a in "$@"; do
   case "$a" in
     --quick) QUICK=--quick ;;
     --peers) PEERS=1 ;;
     --no-tests) TESTS=0 ;;
     --no-bench) BENCH=0 ;;
+    --profile) PROFILE=1 ;;
     *) echo "unknown option $a"; exit 2 ;;
   esac
 done
@@ -76,6 +78,24 @@ fi
 
 if [ $BENCH = 1 ]; then
   "$BUILD/bench_gpu" $QUICK 2>&1 | tee "$LOG/bench.log"
+fi
+
+if [ $PROFILE = 1 ]; then
+  echo "== SASS of corr w=20 (float32, unroll 1 and the default): instruction counts"
+  for u in 1 0; do
+    cub="$BUILD/corr_u$u.cubin"
+    if [ $u = 0 ]; then unset FJ_CUDA_UNROLL; else export FJ_CUDA_UNROLL=$u; fi
+    "$BUILD/factorjit" compile -e "corr(window(A,20), window(B,20))" --cubin "$cub" | head -1
+    cuobjdump -sass "$cub" > "$cub.sass" 2>&1 || true
+    awk '/\/\*[0-9a-f]+\*\// { for (i = 1; i <= NF; i++) if ($i !~ /^\/\*/ && $i !~ /^@/) { split($i, o, "."); c[o[1]]++; break } }
+      END { for (k in c) printf "%s %d\n", k, c[k] }' "$cub.sass" | sort -k2 -nr | tr '\n' ' '
+    echo
+  done
+  unset FJ_CUDA_UNROLL
+  echo "== ncu (corr w=20, 10,000 x 10,000 f32, one launch)"
+  timeout 180 ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy \
+    --section LaunchStats -k regex:fj_corr --launch-skip 1 --launch-count 1 "$BUILD/bench_gpu" --profile > "$LOG/ncu.log" 2>&1
+  grep -E "Duration|Throughput|Pipe|Occupancy|Registers|Block Size|Grid Size|Warp Cycles|Issued|Executed Ipc|FP64|fp64|Waves" "$LOG/ncu.log" | head -40
 fi
 
 if [ $PEERS = 1 ] && [ -f .carry/rolling_corr_peers.py ]; then

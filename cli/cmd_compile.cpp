@@ -34,6 +34,7 @@ is named out<k-1>) and compiles them with NVRTC to a cubin. Needs NVRTC, not a G
   --dtype T          panel type the kernels are for: f32 (default) or f64
   --arch sm_XY       target GPU arch, e.g. sm_90 (default: the GPU's, else sm_90)
   -o, --output FILE  write the generated CUDA source there
+  --cubin FILE       write the cubin there (FILE.1, FILE.2, ... for further kernels)
   --round-windows    round non-integer window lengths instead of flooring them
   -h, --help         print this help
 
@@ -47,7 +48,7 @@ int cmd_compile(const std::vector<std::string>& argv) {
     using namespace fj::cli;
     std::vector<std::string> texts;
     fj::DType dtype = fj::DType::F32;
-    std::string arch, out_path;
+    std::string arch, out_path, cubin_path;
     fj::ParseOptions parse_options;
     ArgCursor c(argv, "compile");
     while (c.next()) {
@@ -65,6 +66,8 @@ int cmd_compile(const std::vector<std::string>& argv) {
             arch = c.value("a GPU arch such as sm_90");
         } else if (c.is("-o", "--output")) {
             out_path = c.value("a file name");
+        } else if (c.is("--cubin")) {
+            cubin_path = c.value("a file name");
         } else if (c.is("--round-windows")) {
             c.no_value();
             parse_options.round_windows = true;
@@ -128,6 +131,14 @@ int cmd_compile(const std::vector<std::string>& argv) {
     std::printf("compiled %zu kernel(s) in %.1f ms (NVRTC %d.%d, %s, unroll %d%s)\n", done.size(), wall,
                 nvrtc->version / 1000, nvrtc->version % 1000 / 10, nvrtc->library.c_str(), settings.unroll,
                 settings.fmad ? ", fmad" : "");
+    for (std::size_t i = 0; i < done.size() && !cubin_path.empty(); ++i) {
+        const std::string path = i == 0 ? cubin_path : cubin_path + "." + std::to_string(i);
+        std::ofstream f(path, std::ios::binary | std::ios::trunc);
+        f.write(done[i].entry.image.data(), static_cast<std::streamsize>(done[i].entry.image.size()));
+        f.close();
+        if (!f) throw fj::Error("compile: cannot write " + path);
+        std::printf("wrote %s\n", path.c_str());
+    }
     if (!out_path.empty()) {
         std::string all;
         for (const cu::CudaCompiled& k : done) all += k.source + "\n";

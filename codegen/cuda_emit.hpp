@@ -17,6 +17,15 @@
 // Rows run `unroll` at a time: the input values of those rows (every (input, lag) pair the body reads)
 // are loaded first, then the body runs once per row. That keeps several independent loads in flight per
 // thread, which a memory-bound scan needs to reach the bandwidth floor; a remainder loop runs the rest.
+// The rows before the largest input lag run first, one at a time, with loads guarded (NaN before the
+// panel's first row); the batched loop then needs no guard. Bodies of more than 300, 600 or 1500 live
+// instructions batch at most 4, 2 or 1 rows (NVRTC's time grows with the copies of the body).
+//
+// The kernel is bound by instruction issue rather than memory on an H200 (bench/RESULTS.md), so the
+// emitter spends no float64 instruction it can avoid without changing a result: dead values are not
+// emitted; integer-valued values of bounded size (counts, row numbers) are 64-bit integers; comparisons of
+// values that are exactly float32 numbers (float32 inputs, their abs/neg, float-exact constants) are
+// float32 comparisons; NaN tests of float64 values are integer tests of their bits.
 //
 // Parameter ABI: the kernel takes ONE parameter, a struct of 8-byte words in this order
 //     in[0..ni)    : const T*   input panels, kernel.inputs order (T = float or double)
@@ -37,11 +46,11 @@
 namespace fj::codegen {
 
 // Bump whenever the generated code changes for the same IR: it is part of every cache key.
-inline constexpr int kCudaCodegenVersion = 1;
+inline constexpr int kCudaCodegenVersion = 3;
 
 struct CudaEmitOptions {
     DType dtype = DType::F32;
-    int unroll = 4;          // rows whose loads are issued together (1 .. 16)
+    int unroll = 8;          // rows whose loads are issued together (1 .. 16; fewer for big bodies)
     int reg_ring_max = 16;   // rings up to this size live in registers (shift registers)
 };
 

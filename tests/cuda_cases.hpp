@@ -60,6 +60,10 @@ inline std::vector<std::pair<std::string, fj::Expr>> cuda_op_cases() {
         {"mean_of_std", fj::mean(window(fj::std(window(A, 5)), 10))},
         {"max_of_min", fj::max(window(fj::min(window(A, 5)), 5))},
         {"delay_of_mean", fj::delay(fj::mean(window(A, 5)), 2)},
+        // Rings longer than the register limit (16): circular buffers in local memory. In one program with
+        // the case above, one ring is read at lags 2 and 20.
+        {"delay_of_mean_long", fj::delay(fj::mean(window(A, 5)), 20)},
+        {"mean_of_std_long", fj::mean(window(fj::std(window(A, 5)), 25))},
         {"delta_of_std", fj::delta(fj::std(window(A, 10)), 3)},
         {"corr_nested", fj::corr(window(fj::mean(window(A, 3)), 20), window(fj::delta(B, 1), 20))},
         {"std_of_corr", fj::std(window(fj::corr(window(A, 10), window(B, 10)), 5))},

@@ -134,12 +134,20 @@ struct LoadedKernel {
     int block = 0, blocks_per_sm = 0;
 };
 
+// Where a kernel argument's panel comes from in a run: the program's inputs or outputs, or an
+// intermediate between regions that lives for the run.
+struct ArgRef {
+    enum Kind : std::uint8_t { In, Out, Tmp } kind = In;
+    int index = 0;
+};
+
 struct KernelInfo {  // one kernel of an executable
     ir::Kernel kernel;
     std::shared_ptr<const LoadedKernel> loaded;
     CacheSource source = CacheSource::Compiled;
-    double ms = 0;  // compile / disk read / 0
-    std::vector<std::string> inputs, outputs;
+    double ms = 0;       // compile / disk read / 0
+    double load_ms = 0;  // cuModuleLoadData and attribute queries (0 when already loaded)
+    std::vector<ArgRef> in_refs, out_refs;
 };
 
 class CudaBackend;
@@ -215,9 +223,27 @@ std::size_t span_bytes(const Panel& p) {
 class CudaExecutable final : public Executable {
 public:
     CudaExecutable(const Device& dev, const codegen::Plan& plan, DType dtype, const CompileOptions& options,
-                   CudaSettings settings, std::vector<KernelInfo> kernels)
+                   CudaSettings settings, std::vector<KernelInfo> kernels, double prepare_ms)
         : dev_(dev), dtype_(dtype), options_(options), settings_(settings), inputs_(plan.inputs),
-          outputs_(plan.outputs), kernels_(std::move(kernels)) {}
+          outputs_(plan.outputs), kernels_(std::move(kernels)), prepare_ms_(prepare_ms) {
+        // Argument sources by index, so that a run looks nothing up by name.
+        std::vector<std::string> tmps;
+        auto ref = [&](const std::string& name) {
+            auto in = std::find(inputs_.begin(), inputs_.end(), name);
+            if (in != inputs_.end()) return ArgRef{ArgRef::In, static_cast<int>(in - inputs_.begin())};
+            auto out = std::find(outputs_.begin(), outputs_.end(), name);
+            if (out != outputs_.end()) return ArgRef{ArgRef::Out, static_cast<int>(out - outputs_.begin())};
+            auto tmp = std::find(tmps.begin(), tmps.end(), name);
+            if (tmp == tmps.end()) tmp = tmps.insert(tmps.end(), name);
+            return ArgRef{ArgRef::Tmp, static_cast<int>(tmp - tmps.begin())};
+        };
+        for (KernelInfo& k : kernels_) {
+            for (const std::string& n : k.kernel.inputs) k.in_refs.push_back(ref(n));
+            for (const std::string& n : k.kernel.outputs) k.out_refs.push_back(ref(n));
+        }
+        n_tmp_ = tmps.size();
+        shapes_.resize(kernels_.size());
+    }
 
     ~CudaExecutable() override {
         if (stream_)
@@ -228,16 +254,52 @@ public:
     std::string explain() const override;
 
 private:
+    DevView view(const ArgRef& r) const {
+        switch (r.kind) {
+        case ArgRef::In: return in_views_[static_cast<std::size_t>(r.index)];
+        case ArgRef::Out: return out_views_[static_cast<std::size_t>(r.index)];
+        case ArgRef::Tmp: break;
+        }
+        return tmp_views_[static_cast<std::size_t>(r.index)];
+    }
+    void update_shapes(std::int64_t rows, std::int64_t cols);
+
     const Device& dev_;
     DType dtype_;
     CompileOptions options_;
     CudaSettings settings_;
     std::vector<std::string> inputs_, outputs_;
     std::vector<KernelInfo> kernels_;
+    double prepare_ms_ = 0;
+    std::size_t n_tmp_ = 0;
     CUstream stream_ = nullptr;
-    std::mutex run_mutex_;  // one run at a time per executable (one stream)
-    std::vector<LaunchShape> last_shapes_;
+    // Per-run scratch, reused (one run at a time: run_mutex_).
+    std::mutex run_mutex_;
+    std::vector<DevView> in_views_, out_views_, tmp_views_;
+    std::vector<std::uint64_t> words_;
+    std::vector<LaunchShape> shapes_;
+    std::int64_t shape_rows_ = -1, shape_cols_ = -1;
 };
+
+void CudaExecutable::update_shapes(std::int64_t rows, std::int64_t cols) {
+    if (rows == shape_rows_ && cols == shape_cols_) return;
+    for (std::size_t i = 0; i < kernels_.size(); ++i) {
+        const LoadedKernel& lk = *kernels_[i].loaded;
+        LaunchInput li;
+        li.rows = rows;
+        li.cols = cols;
+        li.halo = kernels_[i].kernel.halo;
+        li.block = settings_.block ? settings_.block : lk.block;
+        li.blocks_per_sm = settings_.block ? std::max(1, lk.blocks_per_sm * lk.block / settings_.block) : lk.blocks_per_sm;
+        li.sm_count = dev_.sm_count;
+        li.max_grid_x = dev_.max_grid_x;
+        li.max_grid_y = dev_.max_grid_y;
+        li.tile_rows = options_.tile_rows;
+        shapes_[i] = choose_launch(li);
+    }
+    shape_rows_ = rows;
+    shape_cols_ = cols;
+}
 
 void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs) {
     if (inputs.size() != inputs_.size() || outputs.size() != outputs_.size())
@@ -252,6 +314,7 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
     if (!stream_) FJ_CU(cuStreamCreate, &stream_, 0u);
     if (rows <= 0 || cols <= 0) return;
     const std::size_t elem = dtype_size(dtype_);
+    const std::size_t dense = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols) * elem;
 
     // Device outputs must not overlap device inputs: tiles read rows that other tiles write.
     for (std::size_t o = 0; o < outputs.size(); ++o) {
@@ -266,77 +329,63 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
         }
     }
 
+    // Host panels are staged through device memory (dense, ld = cols); device panels are used in place.
     RunMemory mem(dev_, stream_);
-    std::map<std::string, DevView> views;
+    in_views_.resize(inputs.size());
+    out_views_.resize(outputs.size());
+    tmp_views_.resize(n_tmp_);
     for (std::size_t i = 0; i < inputs.size(); ++i) {
         const Panel& p = inputs[i];
         if (p.memory == Memory::Cuda) {
-            views[inputs_[i]] = {reinterpret_cast<CUdeviceptr>(p.data), p.ld};
+            in_views_[i] = {reinterpret_cast<CUdeviceptr>(p.data), p.ld};
         } else {
-            const CUdeviceptr d = mem.alloc(static_cast<std::size_t>(rows * cols) * elem);
-            copy_2d(stream_, true, p, d, cols);
-            views[inputs_[i]] = {d, cols};
+            in_views_[i] = {mem.alloc(dense), cols};
+            copy_2d(stream_, true, p, in_views_[i].ptr, cols);
         }
     }
     for (std::size_t o = 0; o < outputs.size(); ++o) {
         const Panel& p = outputs[o];
-        if (p.memory == Memory::Cuda) views[outputs_[o]] = {reinterpret_cast<CUdeviceptr>(p.data), p.ld};
-        else views[outputs_[o]] = {mem.alloc(static_cast<std::size_t>(rows * cols) * elem), cols};
+        out_views_[o] = p.memory == Memory::Cuda ? DevView{reinterpret_cast<CUdeviceptr>(p.data), p.ld}
+                                                 : DevView{mem.alloc(dense), cols};
     }
-    auto view_of = [&](const std::string& name) {
-        auto it = views.find(name);
-        if (it != views.end()) return it->second;
-        // An intermediate between regions: lives for this run.
-        return views[name] = {mem.alloc(static_cast<std::size_t>(rows * cols) * elem), cols};
-    };
+    for (DevView& t : tmp_views_) t = {mem.alloc(dense), cols};
 
-    last_shapes_.clear();
-    std::vector<std::uint64_t> words;
-    for (const KernelInfo& k : kernels_) {
-        const LoadedKernel& lk = *k.loaded;
-        LaunchInput li;
-        li.rows = rows;
-        li.cols = cols;
-        li.halo = k.kernel.halo;
-        li.block = settings_.block ? settings_.block : lk.block;
-        li.blocks_per_sm = settings_.block ? 1 : lk.blocks_per_sm;
-        li.sm_count = dev_.sm_count;
-        li.max_grid_x = dev_.max_grid_x;
-        li.max_grid_y = dev_.max_grid_y;
-        li.tile_rows = options_.tile_rows;
-        const LaunchShape s = choose_launch(li);
-        last_shapes_.push_back(s);
-        words.clear();
-        for (const std::string& n : k.inputs) words.push_back(view_of(n).ptr);
-        for (const std::string& n : k.inputs) words.push_back(static_cast<std::uint64_t>(view_of(n).ld));
-        for (const std::string& n : k.outputs) words.push_back(view_of(n).ptr);
-        for (const std::string& n : k.outputs) words.push_back(static_cast<std::uint64_t>(view_of(n).ld));
-        words.push_back(static_cast<std::uint64_t>(rows));
-        words.push_back(static_cast<std::uint64_t>(cols));
-        words.push_back(static_cast<std::uint64_t>(s.tile_rows));
-        words.push_back(static_cast<std::uint64_t>(s.ntiles));
-        void* params[] = {words.data()};
-        FJ_CU(cuLaunchKernel, lk.fn, static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.grid_y), 1u,
+    update_shapes(rows, cols);
+    for (std::size_t i = 0; i < kernels_.size(); ++i) {
+        const KernelInfo& k = kernels_[i];
+        const LaunchShape& s = shapes_[i];
+        words_.clear();
+        for (const ArgRef& r : k.in_refs) words_.push_back(view(r).ptr);
+        for (const ArgRef& r : k.in_refs) words_.push_back(static_cast<std::uint64_t>(view(r).ld));
+        for (const ArgRef& r : k.out_refs) words_.push_back(view(r).ptr);
+        for (const ArgRef& r : k.out_refs) words_.push_back(static_cast<std::uint64_t>(view(r).ld));
+        words_.push_back(static_cast<std::uint64_t>(rows));
+        words_.push_back(static_cast<std::uint64_t>(cols));
+        words_.push_back(static_cast<std::uint64_t>(s.tile_rows));
+        words_.push_back(static_cast<std::uint64_t>(s.ntiles));
+        void* params[] = {words_.data()};
+        FJ_CU(cuLaunchKernel, k.loaded->fn, static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.grid_y), 1u,
               static_cast<unsigned>(s.block), 1u, 1u, 0u, stream_, params, nullptr);
     }
     for (std::size_t o = 0; o < outputs.size(); ++o)
-        if (outputs[o].memory != Memory::Cuda) copy_2d(stream_, false, outputs[o], views[outputs_[o]].ptr, cols);
+        if (outputs[o].memory != Memory::Cuda) copy_2d(stream_, false, outputs[o], out_views_[o].ptr, cols);
     FJ_CU(cuStreamSynchronize, stream_);
 }
 
 std::string CudaExecutable::explain() const {
-    std::string out = fmt::format("backend cuda: {} ({}, {} SMs), {}, {} kernel(s)\n", dev_.name, dev_.arch(),
-                                  dev_.sm_count, dtype_name(dtype_), kernels_.size());
+    std::string out = fmt::format("backend cuda: {} ({}, {} SMs), {}, {} kernel(s), prepared in {:.2f} ms\n", dev_.name,
+                                  dev_.arch(), dev_.sm_count, dtype_name(dtype_), kernels_.size(), prepare_ms_);
     for (std::size_t i = 0; i < kernels_.size(); ++i) {
         const KernelInfo& k = kernels_[i];
         const LoadedKernel& lk = *k.loaded;
-        out += fmt::format("  kernel {}: {} ({:.1f} ms), {} registers, {} bytes local, block {} ({} per SM), halo {}\n",
-                           lk.function, cache_source_name(k.source), k.ms, lk.registers, lk.local_bytes, lk.block,
-                           lk.blocks_per_sm, k.kernel.halo);
-        if (i < last_shapes_.size()) {
-            const LaunchShape& s = last_shapes_[i];
-            out += fmt::format("    last launch: grid {} x {}, block {}, {} tile(s) of {} rows\n", s.grid_x, s.grid_y,
-                               s.block, s.ntiles, s.tile_rows);
+        out += fmt::format("  kernel {}: {} ({:.2f} ms, module load {:.2f} ms), {} registers, {} bytes local, "
+                           "block {} ({} per SM), halo {}\n",
+                           lk.function, cache_source_name(k.source), k.ms, k.load_ms, lk.registers, lk.local_bytes,
+                           lk.block, lk.blocks_per_sm, k.kernel.halo);
+        if (shape_rows_ >= 0) {
+            const LaunchShape& s = shapes_[i];
+            out += fmt::format("    last launch: {} x {}: grid {} x {}, block {}, {} tile(s) of {} rows\n", shape_rows_,
+                               shape_cols_, s.grid_x, s.grid_y, s.block, s.ntiles, s.tile_rows);
         }
     }
     const CacheStats st = KernelCache::global().stats();
@@ -383,6 +432,7 @@ std::shared_ptr<const LoadedKernel> CudaBackend::load(const std::string& key, co
 }
 
 std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DType dtype, const CompileOptions& options) {
+    const auto t0 = std::chrono::steady_clock::now();
     make_current(dev_);
     const CudaSettings settings = CudaSettings::from_env();
     const std::size_t n = plan.regions.size();
@@ -393,8 +443,6 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
         std::lock_guard<std::mutex> lock(mutex_);
         for (std::size_t i = 0; i < n; ++i) {
             kernels[i].kernel = plan.regions[i].kernel;
-            kernels[i].inputs = plan.regions[i].kernel.inputs;
-            kernels[i].outputs = plan.regions[i].kernel.outputs;
             keys[i] = cuda_kernel_key(kernels[i].kernel, dtype, target_.arch, target_.cubin, settings);
             auto it = loaded_.find(keys[i]);
             if (it != loaded_.end()) {
@@ -419,10 +467,14 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
         kernels[i].ms = results[m].ms;
         std::lock_guard<std::mutex> lock(mutex_);
         auto it = loaded_.find(keys[i]);
-        if (it == loaded_.end()) it = loaded_.emplace(keys[i], load(keys[i], *results[m].entry)).first;
+        if (it == loaded_.end()) {
+            const auto tl = std::chrono::steady_clock::now();
+            it = loaded_.emplace(keys[i], load(keys[i], *results[m].entry)).first;
+            kernels[i].load_ms = ms_since(tl);
+        }
         kernels[i].loaded = it->second;
     }
-    return std::make_unique<CudaExecutable>(dev_, plan, dtype, options, settings, std::move(kernels));
+    return std::make_unique<CudaExecutable>(dev_, plan, dtype, options, settings, std::move(kernels), ms_since(t0));
 }
 
 }  // namespace

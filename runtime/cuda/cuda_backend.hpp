@@ -8,7 +8,7 @@
 //                       or ~/.cache/factorjit)
 //   FJ_DUMP_DIR         write every generated CUDA source there (<kernel>-<key hash>.cu)
 //   FJ_CUDA_DEVICE      device ordinal (default 0)
-//   FJ_CUDA_UNROLL      rows per load batch in generated kernels (default 4; 1..16)
+//   FJ_CUDA_UNROLL      rows per load batch in generated kernels (default 8; 1..16)
 //   FJ_CUDA_FMAD        1: let NVRTC contract a*b+c into FMA (default 0: the same IEEE operations as the
 //                       CPU backend, so both backends round identically except in exp/log/pow)
 //   FJ_CUDA_BLOCK       threads per block (default: the occupancy API's choice)
@@ -27,7 +27,7 @@ namespace fj::rt::cuda {
 
 // Code-generation settings that are not in CompileOptions (benchmark knobs), read from the environment.
 struct CudaSettings {
-    int unroll = 4;
+    int unroll = 8;
     bool fmad = false;
     int reg_ring_max = 16;
     int block = 0;  // 0: occupancy API

@@ -1,0 +1,191 @@
+// The generated CUDA kernels run without a GPU: the emitter's source is compiled as C++ for the host
+// (a small shim maps blockIdx, __longlong_as_double, rsqrt, ... to host code), every thread of the launch
+// grid is run in turn, and the results are held to the reference like the CPU backend's. This checks what
+// NVRTC cannot: that the emitted code computes the right thing (rings, warm-up rows, tiles, guards,
+// integer and float32 shortcuts), on CI machines that have no GPU. Skips with a message when no host C++
+// compiler is found (FJ_TEST_CXX, else c++, else g++).
+#include <doctest/doctest.h>
+
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend_cases.hpp"
+#include "codegen/cuda_emit.hpp"
+#include "codegen/plan.hpp"
+#include "cuda_cases.hpp"
+#include "test_data.hpp"
+
+#ifdef FJ_WITH_CUDA
+#include "runtime/cuda/launch_config.hpp"
+
+namespace {
+
+const char* const kShim = R"(// Host stand-ins for what generated CUDA kernels use (fabsf comes from the C library).
+#include <cmath>
+#include <math.h>
+#include <cstring>
+struct fj_dim3 { unsigned x = 0, y = 0, z = 0; };
+static thread_local fj_dim3 blockIdx, blockDim, threadIdx, gridDim;
+#define __global__
+#define __restrict__ __restrict
+static inline double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, 8); return d; }
+static inline long long __double_as_longlong(double d) { long long v; std::memcpy(&v, &d, 8); return v; }
+static inline float __int_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
+static inline double __drcp_rn(double a) { return 1.0 / a; }
+static inline double rsqrt(double a) { return 1.0 / std::sqrt(a); }
+using std::sqrt; using std::exp; using std::log; using std::pow; using std::floor; using std::fabs; using std::fma;
+)";
+
+std::string host_compiler() {
+    std::vector<std::string> cands;
+    if (const char* c = std::getenv("FJ_TEST_CXX")) cands.push_back(c);
+    cands.push_back("c++");
+    cands.push_back("g++");
+    for (const std::string& c : cands)
+        if (std::system((c + " --version > /dev/null 2>&1").c_str()) == 0) return c;
+    return "";
+}
+
+// One shared object holding the kernels of several plans, each with a runner that walks the grid.
+class Emulated {
+public:
+    Emulated(const std::vector<const fj::ir::Kernel*>& kernels, fj::DType dtype, const std::string& dir,
+             const std::string& cxx) {
+        std::string src = kShim;
+        for (std::size_t i = 0; i < kernels.size(); ++i) {
+            fj::ir::Kernel k = *kernels[i];
+            k.name = "fj_emu" + std::to_string(i);  // kernel names of different plans may coincide
+            fj::codegen::CudaEmitOptions o;
+            o.dtype = dtype;
+            o.unroll = 3;  // not a divisor of the tile lengths used: the remainder loop runs too
+            src += "#undef FJ_NAN\n" + fj::codegen::emit_cuda(k, o);
+            src += "extern \"C\" void run_" + k.name + "(const void* w, unsigned gx, unsigned gy, unsigned block) {\n"
+                   "  blockDim.x = block; gridDim.x = gx; gridDim.y = gy;\n"
+                   "  for (unsigned y = 0; y < gy; ++y) for (unsigned x = 0; x < gx; ++x) for (unsigned t = 0; t < block; ++t) {\n"
+                   "    blockIdx.x = x; blockIdx.y = y; threadIdx.x = t;\n"
+                   "    " + k.name + "(*static_cast<const fj_params_" + k.name + "*>(w));\n  }\n}\n";
+        }
+        const std::string stem = dir + "/emulated_" + std::string(fj::dtype_name(dtype));
+        std::ofstream(stem + ".cpp") << src;
+        const std::string cmd = cxx + " -std=c++17 -O1 -shared -fPIC -w -o " + stem + ".so " + stem + ".cpp > " +
+                                stem + ".log 2>&1";
+        if (std::system(cmd.c_str()) != 0) {
+            std::ifstream log(stem + ".log");
+            error_ = "host compilation failed: " + std::string(std::istreambuf_iterator<char>(log), {});
+            return;
+        }
+        so_ = dlopen((stem + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (!so_) error_ = dlerror();
+    }
+    ~Emulated() {
+        if (so_) dlclose(so_);
+    }
+    const std::string& error() const { return error_; }
+
+    // Runs kernel i of the list on host panels, with the launch shape the backend would use.
+    void run(std::size_t i, const fj::ir::Kernel& k, const std::map<std::string, fj::Panel>& in,
+             const std::map<std::string, fj::Panel>& out, std::int64_t tile_rows) const {
+        using Fn = void (*)(const void*, unsigned, unsigned, unsigned);
+        void* sym = dlsym(so_, ("run_fj_emu" + std::to_string(i)).c_str());
+        REQUIRE(sym != nullptr);
+        auto fn = reinterpret_cast<Fn>(sym);
+        const fj::Panel& p0 = out.begin()->second;
+        fj::rt::cuda::LaunchInput li;
+        li.rows = p0.rows;
+        li.cols = p0.cols;
+        li.halo = k.halo;
+        li.block = 32;
+        li.sm_count = 2;
+        li.tile_rows = tile_rows;
+        const fj::rt::cuda::LaunchShape s = fj::rt::cuda::choose_launch(li);
+        std::vector<std::uint64_t> w;
+        for (const auto& n : k.inputs) w.push_back(reinterpret_cast<std::uint64_t>(in.at(n).data));
+        for (const auto& n : k.inputs) w.push_back(static_cast<std::uint64_t>(in.at(n).ld));
+        for (const auto& n : k.outputs) w.push_back(reinterpret_cast<std::uint64_t>(out.at(n).data));
+        for (const auto& n : k.outputs) w.push_back(static_cast<std::uint64_t>(out.at(n).ld));
+        for (std::int64_t v : {p0.rows, p0.cols, s.tile_rows, s.ntiles}) w.push_back(static_cast<std::uint64_t>(v));
+        fn(w.data(), static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.grid_y), static_cast<unsigned>(s.block));
+    }
+
+private:
+    void* so_ = nullptr;
+    std::string error_;
+};
+
+}  // namespace
+
+TEST_SUITE("cuda_compile") {
+
+TEST_CASE("generated kernels, run on the host, match the reference") {
+    const std::string cxx = host_compiler();
+    if (cxx.empty()) {
+        MESSAGE("skipped: no host C++ compiler (set FJ_TEST_CXX)");
+        return;
+    }
+    const std::string dir = std::string(FJ_TEST_TMP) + "/cuda_emulated";
+    std::filesystem::create_directories(dir);
+    const auto cases = fj::test::cuda_op_cases();
+    fj::test::CheckOptions padded;
+    padded.ld_in = 41;
+    padded.ld_out = 40;
+    const fj::test::Dataset ds = fj::test::dataset("price, messy", 300, 37, fj::test::messy(fj::test::Flavour::Price), 17);
+    for (fj::DType dtype : {fj::DType::F64, fj::DType::F32}) {
+        CAPTURE(fj::dtype_name(dtype));
+        // Every case alone, and all of them in one program (one big kernel).
+        std::vector<std::vector<std::pair<std::string, fj::Expr>>> programs;
+        for (const auto& c : cases) programs.push_back({c});
+        programs.push_back(cases);
+        std::vector<fj::codegen::Plan> plans;
+        for (const auto& p : programs) plans.push_back(fj::codegen::make_plan(p, dtype));
+        std::vector<const fj::ir::Kernel*> kernels;
+        std::vector<std::size_t> first_kernel;
+        for (const auto& p : plans) {
+            first_kernel.push_back(kernels.size());
+            for (const auto& r : p.regions) kernels.push_back(&r.kernel);
+        }
+        Emulated emu(kernels, dtype, dir, cxx);
+        REQUIRE_MESSAGE(emu.error().empty(), emu.error());
+        const fj::test::Inputs data = fj::test::as_dtype(ds.inputs, dtype);
+        for (std::int64_t tile : {0, 7}) {
+            CAPTURE(tile);
+            for (std::size_t pi = 0; pi < plans.size(); ++pi) {
+                const fj::codegen::Plan& plan = plans[pi];
+                std::vector<fj::Expr> roots;
+                for (const auto& [name, e] : programs[pi]) roots.push_back(e);
+                const auto refs = fj::test::reference(roots, data, ds.rows, ds.cols);
+                std::map<std::string, fj::test::HostBuffer> ib, ob;
+                std::map<std::string, fj::Panel> ip, op;
+                for (const auto& [n, v] : data) {
+                    ib.emplace(n, fj::test::HostBuffer(dtype, ds.rows, ds.cols, padded.ld_in));
+                    ib.at(n).load(v, 7.7e30);
+                }
+                for (const auto& n : plan.outputs) {
+                    ob.emplace(n, fj::test::HostBuffer(dtype, ds.rows, ds.cols, padded.ld_out));
+                    ob.at(n).fill(12345.0, -3.3e33);
+                }
+                for (auto& [n, b] : ib) ip.emplace(n, b.panel());
+                for (auto& [n, b] : ob) op.emplace(n, b.panel());
+                for (std::size_t r = 0; r < plan.regions.size(); ++r)
+                    emu.run(first_kernel[pi] + r, plan.regions[r].kernel, ip, op, tile);
+                for (std::size_t k = 0; k < plan.outputs.size(); ++k) {
+                    const fj::test::HostBuffer& b = ob.at(plan.outputs[k]);
+                    const std::string msg =
+                        fj::test::compare_output(b.cells(), refs[k], ds.cols, dtype, roots[k].node(), {});
+                    CHECK_MESSAGE(msg.empty(), "`" << roots[k].str() << "`: " << msg);
+                    CHECK_MESSAGE(b.padding_changed(-3.3e33).empty(), "`" << roots[k].str() << "` wrote padding");
+                }
+            }
+        }
+    }
+}
+
+}  // TEST_SUITE
+
+#endif  // FJ_WITH_CUDA
