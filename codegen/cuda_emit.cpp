@@ -148,6 +148,7 @@ private:
                 if (in.lag < 1 || in.lag > rings_[in.slot].size) bad_ir(k_, i, "scan length outside the ring");
                 break;
             case Prim::Add: case Prim::Sub: case Prim::Mul: case Prim::Div: case Prim::Pow:
+            case Prim::Min: case Prim::Max:
             case Prim::CmpLT: case Prim::CmpLE: case Prim::CmpGT: case Prim::CmpGE: case Prim::CmpEQ:
             case Prim::CmpONE: case Prim::CmpUNE:
                 operand(i, in.a, Type::F64);
@@ -586,6 +587,8 @@ private:
         case Prim::Recip: def(fmt::format("__drcp_rn({})", v(x.a))); break;
         case Prim::RSqrt: def(fmt::format("rsqrt({})", v(x.a))); break;
         case Prim::Fma: def(fmt::format("fma({}, {}, {})", v(x.a), v(x.b), v(x.c))); break;  // kept by --fmad=false
+        case Prim::Min: def(fmt::format("fmin({}, {})", v(x.a), v(x.b))); break;  // one DMNMX
+        case Prim::Max: def(fmt::format("fmax({}, {})", v(x.a), v(x.b))); break;
         case Prim::CmpLT: case Prim::CmpLE: case Prim::CmpGT: case Prim::CmpGE: case Prim::CmpEQ:
         case Prim::CmpONE: case Prim::CmpUNE: {
             // Float32 panels: a comparison of values that are exactly float32 numbers (inputs, their

@@ -49,6 +49,8 @@ enum class Type : std::uint8_t { F64, Bool, Void };
     /* for a = 0, inf or NaN the result is unspecified (NaN allowed): lowering masks those cases. */      \
     X(Recip) X(RSqrt)                                                                                     \
     X(Fma)          /* a * b + c rounded once (exact products for double-double sums) */                  \
+    /* the smaller / larger of a and b; which one when either is NaN is unspecified (lowering masks it) */ \
+    X(Min) X(Max)                                                                                         \
     /* comparisons -> Bool; ordered (false when either is NaN) except CmpUNE (true when either is NaN) */ \
     X(CmpLT) X(CmpLE) X(CmpGT) X(CmpGE) X(CmpEQ) X(CmpONE) X(CmpUNE)                                      \
     X(IsNaN)                                                                                              \

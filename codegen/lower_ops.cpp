@@ -479,7 +479,7 @@ V Lowering::pair_moments(const Node* node) {
     // selects below keep away from 0 and NaN.
     V r = ir_.mul(g.cxy, ir_.f(Prim::RSqrt, ir_.mul(g.vx, g.vy)));
     V one = ir_.constant(1), minus_one = ir_.constant(-1);
-    r = ir_.select(ir_.lt(one, r), one, ir_.select(ir_.lt(r, minus_one), minus_one, r));
+    r = ir_.f(Prim::Min, ir_.f(Prim::Max, r, minus_one), one);  // NaN r is masked below
     V degenerate = ir_.lor(ir_.lor(g.const_x, g.const_y),
                            ir_.lor(ir_.b(Prim::CmpLE, g.vx, zero), ir_.b(Prim::CmpLE, g.vy, zero)));
     return ir_.select(ir_.land(enough, ir_.lnot(degenerate)), r, nan);

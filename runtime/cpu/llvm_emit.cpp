@@ -313,6 +313,8 @@ private:
         case Prim::Pow: return intrinsic(llvm::Intrinsic::pow, {A(), B()});
         case Prim::Floor: return intrinsic(llvm::Intrinsic::floor, {A()});
         case Prim::Fma: return intrinsic(llvm::Intrinsic::fma, {A(), B(), vals_[in.c]});
+        case Prim::Min: return b_.CreateSelect(b_.CreateFCmpOLT(A(), B()), A(), B());  // one vminpd
+        case Prim::Max: return b_.CreateSelect(b_.CreateFCmpOGT(A(), B()), A(), B());
         case Prim::Recip: return reciprocal(A(), false);
         case Prim::RSqrt: return reciprocal(A(), true);
         case Prim::CmpLT: return b_.CreateFCmpOLT(A(), B());
