@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One visit to the GPU machine (DEVICE.md): build factorjit there (Release, no LLVM, fmt header-only from
 # .carry/fmt_include), run the CUDA test suites, then bench_gpu (G1 G4 G5 J1 J2 J3 of TARGETS.md) and,
-# with --peers, /work/shared/peers/rolling_corr_peers.py (copied to .carry/) at 50,000 x 10,000.
+# with --peers, /work/shared/peers/rolling_corr_peers.py (copied to .carry/) at 50,000 x $PEERS_N (10,000).
 # A short table comes last. Logs go to $OUT (the device tool's output folder) or /tmp/fj_gpu_out.
 #
 #   bench/gpu_run.sh [--quick] [--peers] [--profile] [--no-tests] [--no-bench]
@@ -99,9 +99,11 @@ if [ $PROFILE = 1 ]; then
 fi
 
 if [ $PEERS = 1 ] && [ -f .carry/rolling_corr_peers.py ]; then
-  echo "== peers (50,000 x 10,000, w=20)"
-  PYTHONUNBUFFERED=1 T=50000 N=10000 W=20 REPS=5 PANDAS_COLS=40 timeout 240 python3 .carry/rolling_corr_peers.py \
-    > "$LOG/peers.log" 2>&1
+  # PEERS_N=50000 puts the peers at G1's size (pandas then on PANDAS_COLS columns, scaled).
+  PN=${PEERS_N:-10000}
+  echo "== peers (50,000 x $PN, w=20)"
+  PYTHONUNBUFFERED=1 T=50000 N=$PN W=20 REPS=${PEERS_REPS:-5} PANDAS_COLS=${PANDAS_COLS:-40} timeout 420 \
+    python3 .carry/rolling_corr_peers.py > "$LOG/peers.log" 2>&1
   grep -E "^  |TABLE| \| " "$LOG/peers.log" | tail -20
 fi
 
