@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/price_panels.hpp"
 #include "factorjit.hpp"
 #include "runtime/thread_pool.hpp"
 
@@ -40,18 +41,8 @@ int main(int argc, char** argv) {
     const std::int64_t tile_rows = argc > 6 ? std::stoll(argv[6]) : 0;
     const std::int64_t n = rows * cols;
 
-    std::vector<float> a(n), b(n), c(n);
-    std::mt19937_64 rng(1);
-    std::normal_distribution<double> z(0, 1);
-    std::vector<double> pa(cols, 100), pb(cols, 100);
-    for (std::int64_t t = 0; t < rows; ++t)
-        for (std::int64_t j = 0; j < cols; ++j) {
-            const double common = z(rng);
-            pa[j] *= std::exp(0.01 * common);
-            pb[j] *= std::exp(0.01 * (0.6 * common + 0.8 * z(rng)));
-            a[t * cols + j] = static_cast<float>(pa[j]);
-            b[t * cols + j] = static_cast<float>(pb[j]);
-        }
+    std::vector<float> a, b, c(n);
+    fj::examples::make_prices(rows, cols, a, b, 1);
 
     // The floor: c = a + b over the same panels, the same threads, in contiguous chunks.
     fj::rt::ThreadPool& pool = fj::rt::ThreadPool::shared(threads);

@@ -27,6 +27,11 @@ std::string kernel_name(const std::vector<const Node*>& roots, std::size_t regio
         if (name.size() >= 48) break;
     }
     if (roots.size() > 1) name += fmt::format("_and{}", roots.size() - 1);
+    // Operators do not show in the readable part (A + B and A < B both read "A_B"): a short structural
+    // hash keeps names apart in profiles and dumps.
+    std::uint64_t h = 0;
+    for (const Node* r : roots) h = h * 0x100000001b3ULL ^ r->hash;
+    name += fmt::format("_{:06x}", h & 0xffffff);
     return region ? fmt::format("{}_r{}", name, region) : name;
 }
 

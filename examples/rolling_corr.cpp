@@ -8,26 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "examples/price_panels.hpp"
 #include "factorjit.hpp"
 
 namespace {
-
-// Two correlated multiplicative random walks around 100, float32, row-major T x N.
-void make_prices(std::int64_t rows, std::int64_t cols, std::vector<float>& a, std::vector<float>& b) {
-    a.resize(rows * cols);
-    b.resize(rows * cols);
-    std::mt19937_64 rng(42);
-    std::normal_distribution<double> n01(0.0, 1.0);
-    std::vector<double> pa(cols, 100.0), pb(cols, 100.0);
-    for (std::int64_t t = 0; t < rows; ++t)
-        for (std::int64_t j = 0; j < cols; ++j) {
-            const double common = n01(rng);
-            pa[j] *= std::exp(0.01 * common);
-            pb[j] *= std::exp(0.01 * (0.6 * common + 0.8 * n01(rng)));
-            a[t * cols + j] = static_cast<float>(pa[j]);
-            b[t * cols + j] = static_cast<float>(pb[j]);
-        }
-}
 
 // The plain computation for one cell: two-pass Pearson correlation in double over the window.
 double plain_corr(const std::vector<float>& a, const std::vector<float>& b, std::int64_t cols, std::int64_t t,
@@ -68,7 +52,7 @@ int main(int argc, char** argv) {
         std::printf("generating two %lld x %lld float32 price panels...\n", static_cast<long long>(rows),
                     static_cast<long long>(cols));
         std::vector<float> a, b, out(rows * cols);
-        make_prices(rows, cols, a, b);
+        fj::examples::make_prices(rows, cols, a, b);
 
         const std::string formula = "corr(window(A," + std::to_string(w) + "), window(B," + std::to_string(w) + "))";
         fj::Program program = fj::compile({{"corr", fj::parse(formula)}}, options);
