@@ -1,6 +1,7 @@
 #include "runtime/thread_pool.hpp"
 
 #include <cstdlib>
+#include <map>
 #include <memory>
 
 namespace fj::rt {
@@ -83,10 +84,12 @@ void ThreadPool::parallel_for(std::int64_t tasks, const std::function<void(std::
 }
 
 ThreadPool& ThreadPool::shared(int threads) {
+    // One pool per thread count, kept for the process: a pool another thread is using is never replaced.
     static std::mutex m;
-    static std::unique_ptr<ThreadPool> pool;
+    static auto* pools = new std::map<int, std::unique_ptr<ThreadPool>>;  // not destroyed at exit: workers may run
     std::lock_guard<std::mutex> lock(m);
-    if (!pool || pool->size() != threads) pool = std::make_unique<ThreadPool>(threads);
+    auto& pool = (*pools)[threads];
+    if (!pool) pool = std::make_unique<ThreadPool>(threads);
     return *pool;
 }
 

@@ -25,7 +25,7 @@ public:
     // rethrows the first exception a task threw (the remaining tasks are skipped).
     void parallel_for(std::int64_t tasks, const std::function<void(std::int64_t, int)>& fn);
 
-    // The process-wide pool with `threads` threads (re-created when a different count is asked for).
+    // The process-wide pool with `threads` threads (one per distinct count, kept for the process).
     static ThreadPool& shared(int threads);
 
 private:
