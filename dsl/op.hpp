@@ -64,6 +64,10 @@ enum class Op : std::uint8_t {
 #undef FJ_OP_ENUM
 };
 
+#define FJ_OP_COUNT(e, name, kind, arity, infix) +1
+constexpr int kOpCount = 0 FJ_OPS(FJ_OP_COUNT);
+#undef FJ_OP_COUNT
+
 struct OpInfo {
     Op op;
     std::string_view name;

@@ -240,17 +240,9 @@ struct FnSpec {
     bool alpha_form;   // takes (x, d) / (x, y, d)
 };
 
-constexpr FnSpec kFns[] = {
-    {"abs", Fn::Elementwise, Op::Abs, false, false},
-    {"sign", Fn::Elementwise, Op::Sign, false, false},
-    {"sqrt", Fn::Elementwise, Op::Sqrt, false, false},
-    {"exp", Fn::Elementwise, Op::Exp, false, false},
-    {"log", Fn::Elementwise, Op::Log, false, false},
-    {"pow", Fn::Elementwise, Op::Pow, false, false},
-    {"signedpower", Fn::Elementwise, Op::SignedPower, false, false},
-    {"where", Fn::Elementwise, Op::Where, false, false},
-    {"fmin", Fn::Elementwise, Op::Min, false, false},  // always element-wise (the printer's spelling)
-    {"fmax", Fn::Elementwise, Op::Max, false, false},
+// Calls other than the element-wise ones, which come from the operator table (op_info: element-wise
+// operators without an infix spelling), so a new element-wise operator needs no change here.
+constexpr FnSpec kOtherFns[] = {
     {"min", Fn::MinMax, Op::WMin, true, true},
     {"max", Fn::MinMax, Op::WMax, true, true},
     {"sum", Fn::Reducer, Op::WSum, true, true},
@@ -285,8 +277,21 @@ constexpr std::string_view kNotYet[] = {
 
 constexpr std::string_view kReducerList = "sum, mean, count, var, std, min, max, corr, cov";
 
+const std::vector<FnSpec>& functions() {
+    static const std::vector<FnSpec> fns = [] {
+        std::vector<FnSpec> v;
+        for (int i = 0; i < kOpCount; ++i) {
+            const OpInfo& info = op_info(static_cast<Op>(i));
+            if (info.kind == OpKind::Elementwise && !info.infix) v.push_back({info.name, Fn::Elementwise, info.op, false, false});
+        }
+        v.insert(v.end(), std::begin(kOtherFns), std::end(kOtherFns));
+        return v;
+    }();
+    return fns;
+}
+
 const FnSpec* find_fn(std::string_view lname) {
-    for (const FnSpec& f : kFns)
+    for (const FnSpec& f : functions())
         if (f.name == lname) return &f;
     return nullptr;
 }
@@ -322,7 +327,7 @@ std::string suggestions(std::string_view lname) {
                                cand.find(lname) != std::string_view::npos);
         if (d <= limit || contains) close.push_back({d, cand});
     };
-    for (const FnSpec& f : kFns) consider(f.name);
+    for (const FnSpec& f : functions()) consider(f.name);
     consider("window");
     for (std::string_view n : kNotYet) consider(n);
     std::sort(close.begin(), close.end());

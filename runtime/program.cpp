@@ -27,25 +27,23 @@ BackendImpl* cuda_backend(std::string* why_not) {
 
 struct Program::Impl {
     std::vector<std::pair<std::string, Expr>> outputs;
-    codegen::Plan plan;  // for float32 panels; names, inputs and explain() come from it
     CompileOptions options;
     Backend backend = Backend::Cpu;
     rt::BackendImpl* impl = nullptr;
     std::mutex mutex;
-    // By dtype, made on the first run of that dtype: float64 kernels keep exact sums, so they differ.
+    // By dtype: float64 kernels keep exact sums, so they differ. The float32 plan is made by compile()
+    // (it validates the program and names its inputs and outputs); the float64 one at the first float64 run.
     std::unique_ptr<codegen::Plan> plans[2];
     std::unique_ptr<rt::Executable> executables[2];
+
+    codegen::Sums sums() const { return options.exact_sums ? codegen::Sums::Exact : codegen::Sums::Auto; }
+    const codegen::Plan& plan() const { return *plans[0]; }
 
     rt::Executable& executable(DType dtype) {
         std::lock_guard<std::mutex> lock(mutex);
         const int k = static_cast<int>(dtype);
-        if (!executables[k]) {
-            plans[k] = std::make_unique<codegen::Plan>(
-                dtype == DType::F32 && !options.exact_sums
-                    ? plan
-                    : codegen::make_plan(outputs, dtype, options.exact_sums ? codegen::Sums::Exact : codegen::Sums::Auto));
-            executables[k] = impl->prepare(*plans[k], dtype, options);
-        }
+        if (!plans[k]) plans[k] = std::make_unique<codegen::Plan>(codegen::make_plan(outputs, dtype, sums()));
+        if (!executables[k]) executables[k] = impl->prepare(*plans[k], dtype, options);
         return *executables[k];
     }
 };
@@ -103,18 +101,18 @@ bool overlaps(const Panel& a, const Panel& b) {
 Program compile(const std::vector<std::pair<std::string, Expr>>& outputs, const CompileOptions& options) {
     auto impl = std::make_shared<Program::Impl>();
     impl->outputs = outputs;
-    impl->plan = codegen::make_plan(outputs, DType::F32);
     impl->options = options;
+    impl->plans[0] = std::make_unique<codegen::Plan>(codegen::make_plan(outputs, DType::F32, impl->sums()));
     impl->impl = choose_backend(options.backend, impl->backend);
     return Program(impl);
 }
 
-const std::vector<std::string>& Program::output_names() const { return impl_->plan.outputs; }
-const std::vector<std::string>& Program::input_names() const { return impl_->plan.inputs; }
+const std::vector<std::string>& Program::output_names() const { return impl_->plan().outputs; }
+const std::vector<std::string>& Program::input_names() const { return impl_->plan().inputs; }
 Backend Program::backend() const { return impl_->backend; }
 
 void Program::run(const std::map<std::string, Panel>& inputs, const std::map<std::string, Panel>& outputs) const {
-    const codegen::Plan& plan = impl_->plan;
+    const codegen::Plan& plan = impl_->plan();
     std::vector<Panel> ins, outs;
     const Panel* first = nullptr;
     std::string first_name;
@@ -164,7 +162,7 @@ void Program::run(const std::map<std::string, Panel>& inputs, const std::map<std
 }
 
 std::string Program::explain() const {
-    std::string out = codegen::explain(impl_->plan);
+    std::string out = codegen::explain(impl_->plan());
     std::lock_guard<std::mutex> lock(impl_->mutex);
     bool any = false;
     for (const auto& e : impl_->executables)

@@ -30,12 +30,19 @@ std::int64_t auto_block_cols(std::int64_t cols, int lanes) {
 class CpuExecutable final : public Executable {
 public:
     CpuExecutable(const codegen::Plan& plan, DType dtype, const CompileOptions& options)
-        : plan_(plan), dtype_(dtype), options_(options) {
+        : plan_(plan), options_(options) {
         auto& jit = cpu::LlvmJit::instance();
         lanes_ = jit.lanes();
+        auto index_of = [](const std::vector<std::string>& names, const std::string& name) {
+            return static_cast<std::size_t>(std::find(names.begin(), names.end(), name) - names.begin());
+        };
         for (const codegen::Region& r : plan_.regions) {
-            cpu::CompiledKernel k = jit.get(r.kernel, dtype);
-            kernels_.push_back(k);
+            kernels_.push_back(jit.get(r.kernel, dtype));
+            // Which of run()'s panels each kernel slot reads or writes: resolved once, not every run.
+            Slots s;
+            for (const std::string& n : r.kernel.inputs) s.in.push_back(index_of(plan_.inputs, n));
+            for (const std::string& n : r.kernel.outputs) s.out.push_back(index_of(plan_.outputs, n));
+            slots_.push_back(std::move(s));
         }
     }
 
@@ -48,15 +55,13 @@ public:
             const ir::Kernel& k = plan_.regions[ri].kernel;
             std::vector<const void*> in_ptr;
             std::vector<std::int64_t> in_ld;
-            for (const std::string& name : k.inputs) {
-                auto at = std::find(plan_.inputs.begin(), plan_.inputs.end(), name) - plan_.inputs.begin();
+            for (std::size_t at : slots_[ri].in) {
                 in_ptr.push_back(inputs[at].data);
                 in_ld.push_back(inputs[at].ld);
             }
             std::vector<void*> out_ptr;
             std::vector<std::int64_t> out_ld;
-            for (const std::string& name : k.outputs) {
-                auto at = std::find(plan_.outputs.begin(), plan_.outputs.end(), name) - plan_.outputs.begin();
+            for (std::size_t at : slots_[ri].out) {
                 out_ptr.push_back(outputs[at].data);
                 out_ld.push_back(outputs[at].ld);
             }
@@ -100,10 +105,13 @@ public:
 
 private:
     const codegen::Plan& plan_;
-    DType dtype_;
     CompileOptions options_;
     int lanes_ = 4;
     std::vector<cpu::CompiledKernel> kernels_;
+    struct Slots {
+        std::vector<std::size_t> in, out;  // kernel slot -> index into run()'s inputs / outputs
+    };
+    std::vector<Slots> slots_;
 };
 
 class CpuBackend final : public BackendImpl {

@@ -51,11 +51,9 @@ public:
         mod_ = std::make_unique<llvm::Module>(k.name, ctx);
         f64_ = b_.getDoubleTy();
         i64_ = b_.getInt64Ty();
-        i1_ = b_.getInt1Ty();
         ptr_ = b_.getPtrTy();
         elem_ = dtype == DType::F32 ? b_.getFloatTy() : f64_;
         vf_ = llvm::FixedVectorType::get(f64_, W_);
-        vb_ = llvm::FixedVectorType::get(i1_, W_);
         ve_ = llvm::FixedVectorType::get(elem_, W_);
         vi_ = llvm::FixedVectorType::get(i64_, W_);
         // Two alias scopes: scratch (states, rings) and panels (inputs, outputs). Without them LLVM must
@@ -169,8 +167,7 @@ private:
             out_ptr_.push_back(b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, outputs_, o)));
             out_ld_v_.push_back(b_.CreateLoad(i64_, b_.CreateConstInBoundsGEP1_64(i64_, out_ld_, o)));
         }
-        ncols_ = b_.CreateSub(col_end_, col_begin_);
-        ngroups_ = b_.CreateSDiv(b_.CreateAdd(ncols_, i64c(W_ - 1)), i64c(W_));
+        ngroups_ = b_.CreateSDiv(b_.CreateAdd(b_.CreateSub(col_end_, col_begin_), i64c(W_ - 1)), i64c(W_));
     }
 
     void init_scratch() {
@@ -414,14 +411,14 @@ private:
     llvm::IRBuilder<> b_;
     std::unique_ptr<llvm::Module> mod_;
     llvm::Function* fn_ = nullptr;
-    llvm::Type *f64_, *i64_, *i1_, *ptr_, *elem_;
-    llvm::FixedVectorType *vf_, *vb_, *ve_, *vi_;
+    llvm::Type *f64_, *i64_, *ptr_, *elem_;
+    llvm::FixedVectorType *vf_, *ve_, *vi_;
     std::vector<std::int64_t> ring_offset_;
     std::int64_t per_group_ = 0;
 
     llvm::Value *args_ = nullptr, *inputs_ = nullptr, *in_ld_ = nullptr, *outputs_ = nullptr, *out_ld_ = nullptr;
     llvm::Value *col_begin_ = nullptr, *col_end_ = nullptr, *row_begin_ = nullptr, *out_begin_ = nullptr,
-                *row_end_ = nullptr, *scratch_ = nullptr, *ncols_ = nullptr, *ngroups_ = nullptr;
+                *row_end_ = nullptr, *scratch_ = nullptr, *ngroups_ = nullptr;
     std::vector<llvm::Value*> in_ptr_, in_ld_v_, out_ptr_, out_ld_v_;
     llvm::Value *group_base_ = nullptr, *col_ = nullptr, *lane_mask_ = nullptr;
     const Row* row_ = nullptr;
