@@ -95,9 +95,13 @@ private:
         Dd s1, s2;
     };
     std::map<std::pair<const Node*, int>, MomentGroup> moment_groups_;
-    struct PairGroup { V n, infinities, cxy, vx = -1, vy = -1, const_x = -1, const_y = -1; };
+    struct PairGroup { V n, infinities, cxy, vx = -1, vy = -1, const_x = -1, const_y = -1; bool full = false; };
     std::map<std::tuple<const Node*, const Node*, int>, PairGroup> pair_groups_;
     std::set<std::tuple<const Node*, const Node*, int>> needs_corr_;  // pairs whose variances are needed
+    // Groups with a consumer whose min_periods is below d. The others only ever answer for windows whose
+    // d rows are all valid and finite, which needs one count and a simpler constancy tracker.
+    std::set<std::pair<const Node*, int>> partial_;
+    std::set<std::tuple<const Node*, const Node*, int>> partial_pairs_;
     bool exact_ = false;  // double-double sums (float64 panels)
 };
 
@@ -130,6 +134,10 @@ void Lowering::plan_moment_groups(const std::vector<const Node*>& roots) {
         if (n->op == Op::WVar || n->op == Op::WStd) needs_second_moment_.insert({n->args[0], n->d});
         if (n->op == Op::WCorr) needs_corr_.insert({n->args[0], n->args[1], n->d});
         if (n->op == Op::WSum || n->op == Op::WMean) needs_sum_.insert({n->args[0], n->d});
+        // Count, sum and mean keep NaN and infinity counts apart (a window with +inf sums to +inf).
+        const bool partial = n->min_periods < n->d || n->op == Op::WCount || n->op == Op::WSum || n->op == Op::WMean;
+        if (partial && op_info(n->op).kind == OpKind::Window && n->op != Op::WMin && n->op != Op::WMax) partial_.insert({n->args[0], n->d});
+        if (partial && op_info(n->op).kind == OpKind::PairWindow) partial_pairs_.insert({n->args[0], n->args[1], n->d});
     }
 }
 
@@ -264,6 +272,20 @@ V constancy(IrBuilder& ir, V x, V valid, V t, int d, const std::string& what) {
     return ir.lt(bc1, ir.sub(t, ir.constant(d - 1)));
 }
 
+// The same for groups that only answer on full windows (d valid values): a window with a NaN is NaN
+// anyway, so every row counts, NaN rows as changes. The state is the previous row's value and the rows
+// since the last change (a small integer, which backends keep in an integer register); the window
+// t-d+1 .. t is constant iff none of its last d-1 rows changed.
+V constancy_full(IrBuilder& ir, V x, int d, const std::string& what) {
+    int prev = ir.new_state(std::numeric_limits<double>::quiet_NaN(), "previous " + what);
+    int since = ir.new_state(0, "rows since a change of " + what);
+    V changed = ir.b(Prim::CmpUNE, x, ir.load(prev));  // true when either is NaN
+    V s = ir.select(changed, ir.constant(0), ir.add(ir.load(since), ir.constant(1)));
+    ir.store(since, s);
+    ir.store(prev, x);
+    return ir.b(Prim::CmpGE, s, ir.constant(d - 1));
+}
+
 // Running shifted sums of the finite values entering and leaving a window.
 //
 // The shift (the first finite value of the pass) keeps the sums small for price-like data; each pass
@@ -372,13 +394,19 @@ V Lowering::moments(const Node* node) {
         V out_valid = ir_.land(ir_.row_in_pass(d), ir_.notnan(leave));
         V in_finite = is_finite(ir_, xv);
         V out_finite = ir_.land(ir_.row_in_pass(d), is_finite(ir_, leave));
+        const bool full = !partial_.count(key);  // only var/std, on full windows
         MomentGroup g{};
-        g.n = Sums(ir_, false, in_valid, out_valid).count("n " + what);
         V shift = shifted(ir_, ir_.new_state(std::numeric_limits<double>::quiet_NaN(), "shift " + what), xv, in_finite);
         Sums sums(ir_, exact_, in_finite, out_finite);
         V yin = sums.in(ir_.sub(xv, shift)), yout = sums.out(ir_.sub(leave, shift));
         g.finite = sums.count("finite n " + what);
-        g.infinities = ir_.sub(g.n, g.finite);
+        if (full) {  // d finite values or NaN: one count, and n = d wherever the result is not NaN
+            g.n = g.finite;
+            g.infinities = ir_.constant(0);
+        } else {
+            g.n = Sums(ir_, false, in_valid, out_valid).count("n " + what);
+            g.infinities = ir_.sub(g.n, g.finite);
+        }
         if (needs_sum_.count(key)) {  // +inf counts +1 and -inf -1: the sign of the sum's infinite part
             V in_inf = ir_.land(in_valid, ir_.lnot(in_finite)), out_inf = ir_.land(out_valid, ir_.lnot(out_finite));
             V one = ir_.constant(1), minus_one = ir_.constant(-1), zero = ir_.constant(0);
@@ -391,8 +419,8 @@ V Lowering::moments(const Node* node) {
         g.s1 = sums.add("sum " + what, yin, yout);
         if (second) {
             g.s2 = sums.add_product("sum of squares " + what, yin, yin, yout, yout);
-            g.m2n = sums.centred(g.finite, g.s2, g.s1, g.s1);
-            g.is_const = constancy(ir_, xv, in_valid, ir_.row(), d, what);
+            g.m2n = sums.centred(full ? ir_.constant(d) : g.finite, g.s2, g.s1, g.s1);
+            g.is_const = full ? constancy_full(ir_, xv, d, what) : constancy(ir_, xv, in_valid, ir_.row(), d, what);
         }
         g.s1v = sums.value(g.s1);
         it = moment_groups_.emplace(key, g).first;
@@ -420,8 +448,10 @@ V Lowering::moments(const Node* node) {
     case Op::WVar:
     case Op::WStd: {
         // var = (n Sxx - Sx^2) / (n (n - 1))
-        V var = ir_.mul(ir_.select(ir_.lt(zero, g.m2n), g.m2n, zero),
-                        ir_.f(Prim::Recip, ir_.mul(g.n, ir_.sub(g.n, ir_.constant(1)))));
+        const bool full = !partial_.count(std::make_pair(node->args[0], node->d));
+        V scale = full ? ir_.constant(1.0 / (static_cast<double>(d) * (d - 1)))  // the same rounding as Recip
+                       : ir_.f(Prim::Recip, ir_.mul(g.n, ir_.sub(g.n, ir_.constant(1))));
+        V var = ir_.mul(ir_.select(ir_.lt(zero, g.m2n), g.m2n, zero), scale);
         var = ir_.select(g.is_const, zero, ir_.select(any_inf, nan, var));
         V r = node->op == Op::WStd ? ir_.f(Prim::Sqrt, var) : var;
         return ir_.select(at_least(ir_, g.n, std::max(minp, 2)), r, nan);
@@ -445,8 +475,8 @@ V Lowering::pair_moments(const Node* node) {
         V out_valid = ir_.land(ir_.row_in_pass(d), ir_.land(ir_.notnan(lx), ir_.notnan(ly)));
         V in_finite = ir_.land(is_finite(ir_, xv), is_finite(ir_, yv));
         V out_finite = ir_.land(ir_.row_in_pass(d), ir_.land(is_finite(ir_, lx), is_finite(ir_, ly)));
+        const bool full = !partial_pairs_.count(key);  // every consumer needs d valid rows
         PairGroup g{};
-        g.n = Sums(ir_, false, in_valid, out_valid).count("n " + what);
         const double qnan = std::numeric_limits<double>::quiet_NaN();
         V shx = shifted(ir_, ir_.new_state(qnan, "shift x " + what), xv, in_finite);
         V shy = shifted(ir_, ir_.new_state(qnan, "shift y " + what), yv, in_finite);
@@ -454,27 +484,45 @@ V Lowering::pair_moments(const Node* node) {
         V xi = sums.in(ir_.sub(xv, shx)), xo = sums.out(ir_.sub(lx, shx));
         V yi = sums.in(ir_.sub(yv, shy)), yo = sums.out(ir_.sub(ly, shy));
         V nf = sums.count("finite n " + what);
-        g.infinities = ir_.sub(g.n, nf);
+        if (full) {  // d finite rows or NaN: one count, and n = d wherever the result is not NaN
+            g.n = nf;
+            g.infinities = ir_.constant(0);
+        } else {
+            g.n = Sums(ir_, false, in_valid, out_valid).count("n " + what);
+            g.infinities = ir_.sub(g.n, nf);
+        }
+        V n = full ? ir_.constant(d) : nf;
+        g.full = full;
         Dd sx = sums.add("sum x " + what, xi, xo);
         Dd sy = sums.add("sum y " + what, yi, yo);
         Dd sxy = sums.add_product("sum xy " + what, xi, yi, xo, yo);
-        g.cxy = sums.centred(nf, sxy, sx, sy);
+        g.cxy = sums.centred(n, sxy, sx, sy);
         if (needs_corr_.count(key)) {
             Dd sxx = sums.add_product("sum xx " + what, xi, xi, xo, xo);
             Dd syy = sums.add_product("sum yy " + what, yi, yi, yo, yo);
-            g.vx = sums.centred(nf, sxx, sx, sx);
-            g.vy = sums.centred(nf, syy, sy, sy);
-            V t = ir_.row();
-            g.const_x = constancy(ir_, xv, in_valid, t, d, "x " + what);
-            g.const_y = constancy(ir_, yv, in_valid, t, d, "y " + what);
+            g.vx = sums.centred(n, sxx, sx, sx);
+            g.vy = sums.centred(n, syy, sy, sy);
+            if (full) {
+                g.const_x = constancy_full(ir_, xv, d, "x " + what);
+                g.const_y = constancy_full(ir_, yv, d, "y " + what);
+            } else {
+                V t = ir_.row();
+                g.const_x = constancy(ir_, xv, in_valid, t, d, "x " + what);
+                g.const_y = constancy(ir_, yv, in_valid, t, d, "y " + what);
+            }
         }
         it = pair_groups_.emplace(key, g).first;
     }
     const PairGroup& g = it->second;
     V nan = ir_.nan(), zero = ir_.constant(0);
-    V enough = ir_.land(at_least(ir_, g.n, std::max(node->min_periods, 2)), ir_.b(Prim::CmpEQ, g.infinities, zero));
-    if (node->op == Op::WCov)  // (n Sxy - Sx Sy) / (n (n - 1))
-        return ir_.select(enough, ir_.mul(g.cxy, ir_.f(Prim::Recip, ir_.mul(g.n, ir_.sub(g.n, ir_.constant(1))))), nan);
+    V enough = at_least(ir_, g.n, std::max(node->min_periods, 2));
+    if (!g.full) enough = ir_.land(enough, ir_.b(Prim::CmpEQ, g.infinities, zero));
+    if (node->op == Op::WCov) {  // (n Sxy - Sx Sy) / (n (n - 1))
+        const double d = node->d;
+        V scale = g.full ? ir_.constant(1.0 / (d * (d - 1)))  // the same rounding as Recip
+                         : ir_.f(Prim::Recip, ir_.mul(g.n, ir_.sub(g.n, ir_.constant(1))));
+        return ir_.select(enough, ir_.mul(g.cxy, scale), nan);
+    }
     // corr = (n Sxy - Sx Sy) / sqrt((n Sxx - Sx^2)(n Syy - Sy^2)). Divisions and square roots cost more than
     // the whole update on a CPU: a reciprocal square root estimate refined to a few ulp, on values the
     // selects below keep away from 0 and NaN.
