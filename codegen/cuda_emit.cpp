@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -72,6 +73,7 @@ private:
     std::string s_;
     std::vector<RingInfo> rings_;
     std::set<std::pair<int, int>> loads_;  // (input slot, lag) pairs read by the body
+    bool guarded_ = false;                 // emitting the pass's first rows (see kernel())
     std::vector<bool> live_;               // instructions whose value an effect needs
     // Integer-valued values (counts, row numbers, 0/1 flags as numbers), kept in 64-bit integers: their
     // arithmetic and comparisons then run on the integer pipes instead of the float64 one, with the same
@@ -79,6 +81,7 @@ private:
     std::vector<bool> is_int_;             // instruction computed as `long long iv<i>`
     std::vector<bool> need_double_;        // ... whose float64 value is read too (`v<i>` = (double)iv<i>)
     std::vector<bool> int_state_;          // state kept as `long long s<k>`
+    std::vector<bool> int32_, int32_state_;  // ... as `int` (bounded below 2^31)
     std::vector<bool> reads_state_;        // value depends on a state
 
     template <class... A>
@@ -212,6 +215,8 @@ private:
         constexpr double kLimit = 4503599627370496.0;  // 2^52
         constexpr double kRows = 1099511627776.0;      // 2^40
         std::vector<double> bound(n, -1);              // -1: not an integer value
+        // States live for one pass: at most kCudaMaxTileRows output rows after the halo's warm-up rows.
+        const double pass_rows = static_cast<double>(kCudaMaxTileRows) + std::max(0, k_.halo);
         reads_state_.assign(n, false);
         for (std::size_t i = 0; i < n; ++i) {
             const Inst& x = k_.body[i];
@@ -266,11 +271,22 @@ private:
                     return l.op == Prim::LoadState && l.slot == x.slot;
                 };
                 auto no_state = [&](std::int32_t o) { return bound[static_cast<std::size_t>(o)] >= 0 && !reads_state(o); };
-                double d = -1;
-                if (own(x.a)) d = 0;
-                else if ((v.op == Prim::Add || v.op == Prim::Sub) && own(v.a) && no_state(v.b)) d = bound[v.b];
-                else if (v.op == Prim::Add && own(v.b) && no_state(v.a)) d = bound[v.a];
-                else if (no_state(x.a)) d = bound[x.a];  // a reset to a bounded value
+                // How far one store can move the state: 0 for itself, the bound of what it adds, the bound
+                // of a value it is reset to; a select moves it as far as its farther branch.
+                std::function<double(std::int32_t)> step_of = [&](std::int32_t o) -> double {
+                    const Inst& e = k_.body[static_cast<std::size_t>(o)];
+                    if (own(o)) return 0;
+                    if ((e.op == Prim::Add || e.op == Prim::Sub) && own(e.a) && no_state(e.b)) return bound[e.b];
+                    if (e.op == Prim::Add && own(e.b) && no_state(e.a)) return bound[e.a];
+                    if (e.op == Prim::Select && e.type == Type::F64) {
+                        const double a = step_of(e.b), c = step_of(e.c);
+                        return a >= 0 && c >= 0 ? std::max(a, c) : -1;
+                    }
+                    if (no_state(o)) return bound[o];  // a reset to a bounded value
+                    return -1;
+                };
+                (void)v;
+                const double d = step_of(x.a);
                 if (d < 0) {
                     int_state_[x.slot] = false;
                     changed = true;
@@ -281,7 +297,7 @@ private:
             if (changed) continue;
             for (std::size_t st = 0; st < k_.states.size(); ++st) {
                 if (!int_state_[st]) continue;
-                const double sb = std::fabs(k_.states[st].init) + 2 * kRows * step[st];
+                const double sb = std::fabs(k_.states[st].init) + pass_rows * step[st];
                 if (!(sb < kLimit)) {
                     int_state_[st] = false;
                     changed = true;
@@ -293,6 +309,13 @@ private:
         is_int_.assign(n, false);
         need_double_.assign(n, false);
         for (std::size_t i = 0; i < n; ++i) is_int_[i] = live_[i] && bound[i] >= 0;
+        // 32-bit where the bound allows: one instruction per add or compare instead of two.
+        constexpr double k2e31 = 2147483648.0;
+        int32_.assign(n, false);
+        for (std::size_t i = 0; i < n; ++i) int32_[i] = is_int_[i] && bound[i] < k2e31;
+        int32_state_.assign(k_.states.size(), false);
+        for (std::size_t st = 0; st < k_.states.size(); ++st)
+            int32_state_[st] = int_state_[st] && state_bound[st] < k2e31;
         // Whose float64 value is needed: any live use other than integer arithmetic, integer compares
         // and stores into integer states.
         for (std::size_t i = 0; i < n; ++i) {
@@ -348,8 +371,8 @@ private:
         line(2, "const long long row_begin = out_begin > {} ? out_begin - {} : 0;", halo, halo);
         for (std::size_t s = 0; s < k_.states.size(); ++s) {
             if (int_state_[s])
-                line(2, "long long s{} = {}LL;  // {}", s, static_cast<long long>(k_.states[s].init),
-                     comment_safe(k_.states[s].what));
+                line(2, "{} s{} = {};  // {}", int32_state_[s] ? "int" : "long long", s,
+                     static_cast<long long>(k_.states[s].init), comment_safe(k_.states[s].what));
             else
                 line(2, "double s{} = {};  // {}", s, lit(k_.states[s].init), comment_safe(k_.states[s].what));
         }
@@ -366,18 +389,22 @@ private:
         for (std::size_t i = 0; i < k_.outputs.size(); ++i)
             line(2, "{}* __restrict__ out{} = p.out{} + row_begin * ld_out{} + j;", T_, i, i, i);
         line(2, "long long t = row_begin;");
-        // Rows before the largest lag read (only in a pass that starts near the panel's first row) take
-        // guarded loads, one row at a time; the other loops need no guard: t - lag >= 0 there.
+        // The pass's first rows run one at a time with every guard: loads before the panel's first row
+        // read NaN, RowInPass is tested, and outputs are stored only from out_begin on. They are the
+        // warm-up rows plus the largest lag read, so in the loops after them every guard holds: t >= out_begin,
+        // t - lag >= row_begin >= 0.
         int max_lag = 0;
         for (const auto& [slot, lag] : loads_) max_lag = std::max(max_lag, lag);
-        if (max_lag > 0) {
-            line(2, "#pragma unroll 1");
-            line(2, "for (; t < row_end && t < {}; ++t) {{", max_lag);
-            loads(3, 1, true);
-            step(3, 0);
-            advance(3, 1);
-            line(2, "}}");
-        }
+        for (std::size_t i = 0; i < k_.body.size(); ++i)
+            if (live_[i] && k_.body[i].op == Prim::RowInPass) max_lag = std::max(max_lag, k_.body[i].lag);
+        line(2, "#pragma unroll 1");
+        line(2, "for (; t < row_end && (t < out_begin || t < row_begin + {}); ++t) {{", max_lag);
+        guarded_ = true;
+        loads(3, 1, true);
+        step(3, 0);
+        advance(3, 1);
+        guarded_ = false;
+        line(2, "}}");
         if (U_ > 1) {
             line(2, "#pragma unroll 1");
             line(2, "for (; t + {} <= row_end; t += {}) {{", U_, U_);
@@ -482,8 +509,8 @@ private:
         auto iv = [](std::int32_t n) { return fmt::format("iv{}", n); };
         std::string e;
         switch (x.op) {
-        case Prim::Const: e = fmt::format("{}LL", static_cast<long long>(x.imm)); break;
-        case Prim::BoolToF64: e = fmt::format("v{} ? 1LL : 0LL", x.a); break;
+        case Prim::Const: e = fmt::format("{}", static_cast<long long>(x.imm)); break;
+        case Prim::BoolToF64: e = fmt::format("v{} ? 1 : 0", x.a); break;
         case Prim::RowIndex: e = row(u); break;
         case Prim::LoadState: e = fmt::format("s{}", x.slot); break;
         case Prim::Neg: e = fmt::format("-iv{}", x.a); break;
@@ -492,7 +519,7 @@ private:
         case Prim::Select: e = fmt::format("v{} ? {} : {}", x.a, iv(x.b), iv(x.c)); break;
         default: bad_ir(k_, i, "not an integer value");
         }
-        line(ind, "const long long iv{} = {};", i, e);
+        line(ind, "const {} iv{} = {};", int32_[i] ? "int" : "long long", i, e);
         if (need_double_[i]) line(ind, "const double v{} = (double)iv{};", i, i);
     }
 
@@ -520,13 +547,13 @@ private:
         case Prim::Const: def(lit(x.imm)); break;
         case Prim::Input: def(fmt::format("(double){}", load_name(x.slot, u - x.lag))); break;
         case Prim::RowIndex: def(fmt::format("(double){}", row(u))); break;
-        case Prim::RowInPass: def(fmt::format("{} - {} >= row_begin", row(u), x.lag)); break;
+        case Prim::RowInPass: def(guarded_ ? fmt::format("{} - {} >= row_begin", row(u), x.lag) : "true"); break;
         case Prim::LoadState: def(fmt::format("s{}", x.slot)); break;
         case Prim::RingRead: def(ring_at(x.slot, x.lag)); break;
         case Prim::StoreState: line(ind, "s{} = {};", x.slot, v(x.a)); break;
         case Prim::RingPush: line(ind, "{} = {};", ring_at(x.slot, 0), v(x.a)); break;
         case Prim::Output:
-            line(ind, "if ({} >= out_begin) out{}[{}] = ({}){};", row(u), x.slot,
+            line(ind, "{}out{}[{}] = ({}){};", guarded_ ? fmt::format("if ({} >= out_begin) ", row(u)) : "", x.slot,
                  u == 0 ? std::string("0") : fmt::format("{}LL * ld_out{}", u, x.slot), T_, v(x.a));
             break;
         case Prim::RingReadDyn: {

@@ -48,6 +48,10 @@ namespace fj::codegen {
 // Bump whenever the generated code changes for the same IR: it is part of every cache key.
 inline constexpr int kCudaCodegenVersion = 3;
 
+// The longest time tile a launch may use (launch_config caps it): states then live for at most this
+// many rows plus the halo, which bounds counters enough to keep them in 32-bit registers.
+inline constexpr long long kCudaMaxTileRows = 1LL << 29;
+
 struct CudaEmitOptions {
     DType dtype = DType::F32;
     int unroll = 8;          // rows whose loads are issued together (1 .. 16; fewer for big bodies)

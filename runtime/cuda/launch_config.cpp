@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "codegen/cuda_emit.hpp"
+
 namespace fj::rt::cuda {
 
 namespace {
@@ -30,7 +32,8 @@ LaunchShape choose_launch(const LaunchInput& in) {
         // Even tiles: the last one as long as the others (no short straggler).
         tile = ceil_div(in.rows, ceil_div(in.rows, tile));
     }
-    tile = std::clamp<std::int64_t>(tile, 1, in.rows);
+    // Generated kernels count within a pass in 32-bit integers (codegen/cuda_emit.hpp).
+    tile = std::clamp<std::int64_t>(tile, 1, std::min<std::int64_t>(in.rows, codegen::kCudaMaxTileRows));
     s.tile_rows = tile;
     s.ntiles = ceil_div(in.rows, tile);
     s.grid_y = std::min<std::int64_t>(s.ntiles, std::max(1, in.max_grid_y));
