@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -29,6 +30,14 @@ std::string lit(double v) {
     std::uint64_t bits;
     std::memcpy(&bits, &v, sizeof bits);
     return fmt::format("__longlong_as_double(0x{:016x}LL)", bits);
+}
+
+// A float literal with the exact bits of (float)v.
+std::string flit(double v) {
+    const float f = static_cast<float>(v);
+    std::uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    return fmt::format("__int_as_float(0x{:08x})", bits);
 }
 
 // Comment text must not end the comment or the line.
@@ -82,6 +91,18 @@ private:
     std::vector<bool> need_double_;        // ... whose float64 value is read too (`v<i>` = (double)iv<i>)
     std::vector<bool> int_state_;          // state kept as `long long s<k>`
     std::vector<bool> int32_, int32_state_;  // ... as `int` (bounded below 2^31)
+    // Float32 panels: values that are exactly float32 numbers (inputs, float-exact constants, their
+    // abs/neg, selects of such, states only ever holding such), see float_values().
+    std::vector<bool> fexact_;             // value is a float32 number (or NaN)
+    std::vector<bool> fmat_;               // ... computed as `const float fv<i>` (state loads, selects)
+    std::vector<bool> float_state_;        // state kept as `float s<k>`
+    std::vector<bool> state_fexact_;       // state only ever holds float32 numbers (or NaN)
+    // Sticky states: NaN until a row sets them, then fixed for the pass (the shift of window sums).
+    // The pass's first rows run until every live one is set and finite; the batched loops after them
+    // treat each as a loop invariant (see sticky_states()).
+    std::vector<bool> sticky_state_;
+    std::vector<int> sticky_of_;           // instruction -> its sticky state: the setting select, or the
+                                           // NaN test of the state; -1 for other instructions
     std::vector<bool> reads_state_;        // value depends on a state
 
     template <class... A>
@@ -202,6 +223,151 @@ private:
         else if (n_live > 600) U_ = std::min(U_, 2);
         else if (n_live > 300) U_ = std::min(U_, 4);
         integer_values();
+        float_values();
+        sticky_states();
+    }
+
+    // A state with init NaN whose one store is `isnan(s) && c ? x : s`.
+    void sticky_states() {
+        const std::size_t n = k_.body.size();
+        sticky_state_.assign(k_.states.size(), false);
+        sticky_of_.assign(n, -1);
+        std::vector<int> stores(k_.states.size(), 0);
+        for (const Inst& x : k_.body)
+            if (x.op == Prim::StoreState) ++stores[x.slot];
+        auto load_of = [&](std::int32_t o, int st) {
+            return o >= 0 && k_.body[o].op == Prim::LoadState && k_.body[o].slot == st;
+        };
+        for (std::size_t i = 0; i < n; ++i) {
+            const Inst& x = k_.body[i];
+            if (x.op != Prim::StoreState || stores[x.slot] != 1 || !std::isnan(k_.states[x.slot].init)) continue;
+            if (int_state_[x.slot]) continue;
+            const int st = x.slot;
+            const Inst& sel = k_.body[x.a];
+            if (sel.op != Prim::Select || !load_of(sel.c, st)) continue;
+            const Inst& c = k_.body[sel.a];
+            if (c.op != Prim::And) continue;
+            std::int32_t test = -1;
+            for (std::int32_t o : {c.a, c.b})
+                if (k_.body[o].op == Prim::IsNaN && load_of(k_.body[o].a, st)) test = o;
+            if (test < 0) continue;
+            sticky_state_[st] = true;
+            sticky_of_[static_cast<std::size_t>(x.a)] = st;
+            sticky_of_[static_cast<std::size_t>(test)] = st;
+        }
+    }
+
+    // The sticky state whose value instruction i is (its load or its setting select), or -1.
+    int sticky_value(std::int32_t i) const {
+        const Inst& x = k_.body[static_cast<std::size_t>(i)];
+        if (x.op == Prim::LoadState) return sticky_state_[x.slot] ? x.slot : -1;
+        if (x.op == Prim::Select) return sticky_of_[static_cast<std::size_t>(i)];
+        return -1;
+    }
+
+    static bool float_repr(double v) {
+        return std::isnan(v) || static_cast<double>(static_cast<float>(v)) == v;
+    }
+
+    // Which float32-exact values live in float registers (float32 panels only). A state that only
+    // holds input values (the previous row's value of a constancy tracker) is kept as a float when no
+    // one needs it as a double, and so is a select of float32 values: their moves, selects and
+    // comparisons then cost float32 instructions and no conversions. Anything that needs the float64
+    // value keeps the float64 form (a conversion per row would cost more than it saves).
+    void float_values() {
+        const std::size_t n = k_.body.size();
+        fexact_.assign(n, false);
+        fmat_.assign(n, false);
+        float_state_.assign(k_.states.size(), false);
+        state_fexact_.assign(k_.states.size(), false);
+        if (o_.dtype != DType::F32) return;
+        for (std::size_t st = 0; st < k_.states.size(); ++st)
+            float_state_[st] = !int_state_[st] && float_repr(k_.states[st].init);
+        // Which states only ever hold float32 numbers: every store is one, given the others.
+        for (bool changed = true; changed;) {
+            changed = false;
+            std::vector<bool> e(n, false);
+            for (std::size_t i = 0; i < n; ++i) {
+                const Inst& x = k_.body[i];
+                if (x.type == Type::F64 && !is_int_[i]) switch (x.op) {
+                    case Prim::Input: e[i] = true; break;
+                    case Prim::Const: e[i] = float_repr(x.imm); break;
+                    case Prim::Abs: case Prim::Neg: e[i] = e[x.a]; break;
+                    case Prim::Select: e[i] = e[x.b] && e[x.c]; break;
+                    case Prim::LoadState: e[i] = float_state_[x.slot]; break;
+                    default: break;
+                    }
+                if (x.op == Prim::StoreState && float_state_[x.slot] && !e[x.a]) {
+                    float_state_[x.slot] = false;
+                    changed = true;
+                }
+            }
+        }
+        state_fexact_ = float_state_;
+        std::vector<bool> no_fmat(n, false);  // selects that must stay double
+        for (bool changed = true; changed;) {
+            changed = false;
+            for (std::size_t i = 0; i < n; ++i) {
+                const Inst& x = k_.body[i];
+                bool e = false;
+                if (x.type == Type::F64 && !is_int_[i]) switch (x.op) {
+                    case Prim::Input: e = true; break;
+                    case Prim::Const: e = float_repr(x.imm); break;
+                    case Prim::Abs: case Prim::Neg: e = fexact_[x.a]; break;
+                    case Prim::Select: e = fexact_[x.b] && fexact_[x.c]; break;
+                    case Prim::LoadState: e = float_state_[x.slot]; break;
+                    default: break;
+                    }
+                fexact_[i] = e;
+                fmat_[i] = e && live_[i] &&
+                           (x.op == Prim::LoadState ||
+                            (x.op == Prim::Select && !no_fmat[i] && float_available(x.b) && float_available(x.c)));
+            }
+            std::vector<bool> needd(n, false);
+            for (std::size_t i = 0; i < n; ++i) {
+                if (!live_[i]) continue;
+                const Inst& x = k_.body[i];
+                for (std::int32_t o : {x.a, x.b, x.c})
+                    if (o >= 0 && fmat_[static_cast<std::size_t>(o)] && !float_use(i, o)) needd[static_cast<std::size_t>(o)] = true;
+                // A float state's stores must be float values.
+                if (x.op == Prim::StoreState && float_state_[x.slot] && !float_available(x.a)) {
+                    float_state_[x.slot] = false;
+                    changed = true;
+                }
+            }
+            for (std::size_t i = 0; i < n; ++i) {
+                if (!fmat_[i] || !needd[i]) continue;
+                const Inst& x = k_.body[i];
+                if (x.op == Prim::LoadState) float_state_[x.slot] = false;
+                else no_fmat[i] = true;
+                changed = true;
+            }
+        }
+    }
+
+    // A float expression for value i exists (see float_exact()).
+    bool float_available(std::int32_t i) const {
+        if (i < 0 || !fexact_[static_cast<std::size_t>(i)]) return false;
+        const Inst& x = k_.body[static_cast<std::size_t>(i)];
+        switch (x.op) {
+        case Prim::Input: case Prim::Const: return true;
+        case Prim::Abs: case Prim::Neg: return float_available(x.a);
+        default: return fmat_[static_cast<std::size_t>(i)];
+        }
+    }
+
+    // Whether instruction i can use operand o's float form instead of its float64 value.
+    bool float_use(std::size_t i, std::int32_t o) const {
+        const Inst& x = k_.body[i];
+        if (is_compare(x.op))
+            return float_available(x.a) && float_available(x.b) &&
+                   !(k_.body[x.a].op == Prim::Const && k_.body[x.b].op == Prim::Const);
+        switch (x.op) {
+        case Prim::IsNaN: case Prim::Output: return true;
+        case Prim::StoreState: return float_state_[x.slot];
+        case Prim::Select: return fmat_[i] && o != x.a;
+        default: return false;
+        }
     }
 
     // Which values are integers of bounded magnitude. A value qualifies when its bound (largest possible
@@ -373,6 +539,8 @@ private:
             if (int_state_[s])
                 line(2, "{} s{} = {};  // {}", int32_state_[s] ? "int" : "long long", s,
                      static_cast<long long>(k_.states[s].init), comment_safe(k_.states[s].what));
+            else if (float_state_[s])
+                line(2, "float s{} = {};  // {}", s, flit(k_.states[s].init), comment_safe(k_.states[s].what));
             else
                 line(2, "double s{} = {};  // {}", s, lit(k_.states[s].init), comment_safe(k_.states[s].what));
         }
@@ -397,14 +565,24 @@ private:
         for (const auto& [slot, lag] : loads_) max_lag = std::max(max_lag, lag);
         for (std::size_t i = 0; i < k_.body.size(); ++i)
             if (live_[i] && k_.body[i].op == Prim::RowInPass) max_lag = std::max(max_lag, k_.body[i].lag);
+        std::string unset;  // sticky states not yet set to a finite value
+        std::vector<bool> live_sticky(k_.states.size(), false);
+        for (std::size_t i = 0; i < k_.body.size(); ++i)
+            if (live_[i] && k_.body[i].op == Prim::Select && sticky_of_[i] >= 0) live_sticky[sticky_of_[i]] = true;
+        for (std::size_t st = 0; st < k_.states.size(); ++st)
+            if (live_sticky[st])
+                unset += fmt::format(" || !(fabs((double)s{}) < {})", st, lit(std::numeric_limits<double>::infinity()));
         line(2, "#pragma unroll 1");
-        line(2, "for (; t < row_end && (t < out_begin || t < row_begin + {}); ++t) {{", max_lag);
+        line(2, "for (; t < row_end && (t < out_begin || t < row_begin + {}{}); ++t) {{", max_lag, unset);
         guarded_ = true;
         loads(3, 1, true);
         step(3, 0);
         advance(3, 1);
         guarded_ = false;
         line(2, "}}");
+        // From here on sticky states are finite loop invariants; float32 copies of the float-exact ones.
+        for (std::size_t st = 0; st < k_.states.size(); ++st)
+            if (live_sticky[st] && state_fexact_[st]) line(2, "const float sf{} = (float)s{};", st, st);
         if (U_ > 1) {
             line(2, "#pragma unroll 1");
             line(2, "for (; t + {} <= row_end; t += {}) {{", U_, U_);
@@ -455,6 +633,7 @@ private:
     std::string float_exact(std::int32_t i, int u) const {
         if (o_.dtype != DType::F32) return "";
         const Inst& x = k_.body[static_cast<std::size_t>(i)];
+        if (fmat_[static_cast<std::size_t>(i)]) return fmt::format("fv{}", i);
         switch (x.op) {
         case Prim::Input: return load_name(x.slot, u - x.lag);
         case Prim::Const: {
@@ -503,6 +682,23 @@ private:
         line(ind, "}}");
     }
 
+    // `c ? a - s : 0` with a float32 value a and a finite float-exact sticky state s (the shifted,
+    // masked values of window sums) as `(double)(c ? a : (float)s) - s`: the select picks between two
+    // float32 registers instead of two float64 ones, and s - s is exactly 0.
+    bool masked_shift(std::size_t i, int u, int ind) {
+        const Inst& x = k_.body[i];
+        const Inst& zero = k_.body[x.c];
+        if (zero.op != Prim::Const || zero.imm != 0 || std::signbit(zero.imm)) return false;
+        const Inst& sub = k_.body[x.b];
+        if (sub.op != Prim::Sub) return false;
+        const int st = sticky_value(sub.b);
+        if (st < 0 || !state_fexact_[st]) return false;
+        const std::string a = float_exact(sub.a, u);
+        if (a.empty()) return false;
+        line(ind, "const double v{} = (double)(v{} ? {} : sf{}) - v{};", i, x.a, a, st, sub.b);
+        return true;
+    }
+
     // An integer-valued instruction as `long long iv<i>` (and its float64 twin when something reads it).
     void int_inst(int ind, int u, std::size_t i) {
         const Inst& x = k_.body[i];
@@ -535,6 +731,39 @@ private:
         }
         if (x.op == Prim::IsNaN && is_int(x.a)) {
             def("false");
+            return;
+        }
+        if (!guarded_ && sticky_of_[i] >= 0) {  // set already: the select keeps the state, the test fails
+            if (x.op == Prim::IsNaN) {
+                def("false");
+            } else if (fmat_[i]) {
+                line(ind, "const float fv{} = {};", i, float_exact(x.c, u));
+                line(ind, "const double v{} = (double)fv{};", i, i);
+            } else {
+                def(v(x.c));
+            }
+            return;
+        }
+        if (!guarded_ && x.op == Prim::StoreState && sticky_state_[x.slot]) return;
+        if (!guarded_ && x.op == Prim::Select && !fmat_[i] && masked_shift(i, u, ind)) return;
+        if (fmat_[i]) {
+            if (x.op == Prim::LoadState) line(ind, "const float fv{} = s{};", i, x.slot);
+            else line(ind, "const float fv{} = v{} ? {} : {};", i, x.a, float_exact(x.b, u), float_exact(x.c, u));
+            line(ind, "const double v{} = (double)fv{};", i, i);  // dropped by NVRTC when unused
+            return;
+        }
+        if (x.op == Prim::StoreState && float_state_[x.slot]) {
+            line(ind, "s{} = {};", x.slot, float_exact(x.a, u));
+            return;
+        }
+        if (x.op == Prim::Output && float_available(x.a)) {  // float32 panel: the value is a float already
+            line(ind, "{}out{}[{}] = {};", guarded_ ? fmt::format("if ({} >= out_begin) ", row(u)) : "", x.slot,
+                 u == 0 ? std::string("0") : fmt::format("{}LL * ld_out{}", u, x.slot), float_exact(x.a, u));
+            return;
+        }
+        if (x.op == Prim::IsNaN && float_available(x.a)) {
+            const std::string f = float_exact(x.a, u);
+            def(fmt::format("{} != {}", f, f));
             return;
         }
         if (is_compare(x.op) && is_int(x.a) && is_int(x.b)) {
@@ -643,6 +872,10 @@ private:
             if (k_.body[x.a].op == Prim::Input) {
                 const std::string l = load_name(k_.body[x.a].slot, u - k_.body[x.a].lag);
                 def(fmt::format("{} != {}", l, l));
+            } else if (fexact_[x.a]) {
+                // A float32 number in a double: a NaN's payload reaches the high word (converted float
+                // NaNs are quiet), so the high word alone tells.
+                def(fmt::format("(__double2hiint({}) & 0x7fffffff) > 0x7ff00000", v(x.a)));
             } else {
                 // An integer test of the bits (exponent all ones, mantissa not zero): keeps the float64
                 // pipe, the scarce one on most GPUs, for arithmetic.

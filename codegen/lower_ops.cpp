@@ -312,6 +312,13 @@ public:
     Dd add(const std::string& what, V in, V out) { return add_terms(what, {in, -1}, {out, -1}); }
     // The same for the products a*b entering and c*d leaving (masked factors), exact when sums are.
     Dd add_product(const std::string& what, V a, V b, V c, V d) {
+        if (!exact_) {  // two fused steps, each rounding once (exact wherever the plain sums are)
+            int slot = ir_.new_state(0, what);
+            V s = ir_.f(Prim::Fma, a, b, ir_.load(slot));
+            s = ir_.f(Prim::Fma, ir_.f(Prim::Neg, c), d, s);
+            ir_.store(slot, s);
+            return {s, -1};
+        }
         return add_terms(what, product(a, b), product(c, d));
     }
     V count(const std::string& what) {  // small integers: exact in any precision
@@ -324,7 +331,7 @@ public:
     }
     // n*a - b*c (the centred second moment times n), accurate where the terms cancel.
     V centred(V n, Dd a, Dd b, Dd c) {
-        if (!exact_) return ir_.sub(ir_.mul(n, a.hi), ir_.mul(b.hi, c.hi));
+        if (!exact_) return ir_.f(Prim::Fma, n, a.hi, ir_.f(Prim::Neg, ir_.mul(b.hi, c.hi)));
         Dd q = product(n, a.hi);
         Dd p = product(b.hi, c.hi);
         V q_lo = ir_.add(q.lo, ir_.mul(n, a.lo));

@@ -38,6 +38,7 @@ static thread_local fj_dim3 blockIdx, blockDim, threadIdx, gridDim;
 static inline double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, 8); return d; }
 static inline long long __double_as_longlong(double d) { long long v; std::memcpy(&v, &d, 8); return v; }
 static inline float __int_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
+static inline int __double2hiint(double d) { long long v; std::memcpy(&v, &d, 8); return (int)(v >> 32); }
 static inline double __drcp_rn(double a) { return 1.0 / a; }
 static inline double rsqrt(double a) { return 1.0 / std::sqrt(a); }
 using std::sqrt; using std::exp; using std::log; using std::pow; using std::floor; using std::fabs; using std::fma;
