@@ -87,6 +87,7 @@ if [ $PROFILE = 1 ]; then
     if [ $u = 0 ]; then unset FJ_CUDA_UNROLL; else export FJ_CUDA_UNROLL=$u; fi
     "$BUILD/factorjit" compile -e "corr(window(A,20), window(B,20))" --cubin "$cub" | head -1
     cuobjdump -sass "$cub" > "$cub.sass" 2>&1 || true
+    cp "$cub.sass" "$LOG/" 2>/dev/null
     awk '/\/\*[0-9a-f]+\*\// { for (i = 1; i <= NF; i++) if ($i !~ /^\/\*/ && $i !~ /^@/) { split($i, o, "."); c[o[1]]++; break } }
       END { for (k in c) printf "%s %d\n", k, c[k] }' "$cub.sass" | sort -k2 -nr | tr '\n' ' '
     echo
