@@ -97,6 +97,7 @@ private:
     std::vector<bool> fmat_;               // ... computed as `const float fv<i>` (state loads, selects)
     std::vector<bool> float_state_;        // state kept as `float s<k>`
     std::vector<bool> state_fexact_;       // state only ever holds float32 numbers (or NaN)
+    std::vector<bool> narrow_;             // computed in float32 from rounded operands (see narrow_values())
     // Sticky states: NaN until a row sets them, then fixed for the pass (the shift of window sums).
     // The pass's first rows run until every live one is set and finite; the batched loops after them
     // treat each as a loop invariant (see sticky_states()).
@@ -224,7 +225,45 @@ private:
         else if (n_live > 300) U_ = std::min(U_, 4);
         integer_values();
         float_values();
+        narrow_values();
         sticky_states();
+    }
+
+    // Float32 panels: selects, mins and maxes whose results only reach outputs (through more of the
+    // same) can run on values already rounded to float32: rounding is monotonic and keeps NaN, so
+    // rounding first gives the same float as rounding the float64 result (the clamp of corr to [-1, 1],
+    // the NaN of an incomplete window). One conversion, then float32 selects and FMNMX, instead of
+    // float64 compares and selects of register pairs.
+    void narrow_values() {
+        const std::size_t n = k_.body.size();
+        narrow_.assign(n, false);
+        if (o_.dtype != DType::F32) return;
+        std::vector<std::vector<std::size_t>> uses(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            if (!live_[i]) continue;
+            const Inst& x = k_.body[i];
+            for (std::int32_t o : {x.a, x.b, x.c})
+                if (o >= 0) uses[static_cast<std::size_t>(o)].push_back(i);
+        }
+        for (std::size_t i = n; i-- > 0;) {
+            const Inst& x = k_.body[i];
+            if (!live_[i] || is_int_[i] || fmat_[i] || x.type != Type::F64) continue;
+            if (x.op != Prim::Select && x.op != Prim::Min && x.op != Prim::Max) continue;
+            bool ok = !uses[i].empty();
+            for (std::size_t u : uses[i]) {
+                const Inst& y = k_.body[u];
+                ok = ok && (y.op == Prim::Output || y.op == Prim::IsNaN || (narrow_[u] && (y.op != Prim::Select || y.a != static_cast<std::int32_t>(i))));
+            }
+            narrow_[i] = ok;
+        }
+        for (std::size_t i = 0; i < n; ++i)
+            if (narrow_[i]) fmat_[i] = true;
+    }
+
+    // Operand o as a float32 expression: its float form, else its float64 value rounded.
+    std::string rounded(std::int32_t o, int u) const {
+        const std::string f = float_exact(o, u);
+        return f.empty() ? fmt::format("(float)v{}", o) : f;
     }
 
     // A state with init NaN whose one store is `isnan(s) && c ? x : s`.
@@ -347,6 +386,7 @@ private:
 
     // A float expression for value i exists (see float_exact()).
     bool float_available(std::int32_t i) const {
+        if (i >= 0 && !narrow_.empty() && narrow_[static_cast<std::size_t>(i)]) return true;
         if (i < 0 || !fexact_[static_cast<std::size_t>(i)]) return false;
         const Inst& x = k_.body[static_cast<std::size_t>(i)];
         switch (x.op) {
@@ -746,6 +786,11 @@ private:
         }
         if (!guarded_ && x.op == Prim::StoreState && sticky_state_[x.slot]) return;
         if (!guarded_ && x.op == Prim::Select && !fmat_[i] && masked_shift(i, u, ind)) return;
+        if (narrow_[i]) {
+            if (x.op == Prim::Select) line(ind, "const float fv{} = v{} ? {} : {};", i, x.a, rounded(x.b, u), rounded(x.c, u));
+            else line(ind, "const float fv{} = {}({}, {});", i, x.op == Prim::Min ? "fminf" : "fmaxf", rounded(x.a, u), rounded(x.b, u));
+            return;
+        }
         if (fmat_[i]) {
             if (x.op == Prim::LoadState) line(ind, "const float fv{} = s{};", i, x.slot);
             else line(ind, "const float fv{} = v{} ? {} : {};", i, x.a, float_exact(x.b, u), float_exact(x.c, u));
