@@ -20,6 +20,7 @@
 #include <cstring>
 #include <string>
 #include <map>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -462,6 +463,34 @@ int main(int argc, char** argv) {
                                           best_v.block.empty() ? "occ" : best_v.block);
                     g1 = t.event_ms;
                     g_rows.push_back({"G1", fmt::format("corr w=20, {}x{} f32, device", T, N), t.event_ms, floor, g1_note, t.smi});
+                }
+            }
+            // Exploratory sweeps (tuning): FJ_BENCH_SWEEP="w=250,unroll=16,block=256,smem=100000,tile=2048 w=20,..."
+            // times each setting (FJ_CUDA_* variables and CompileOptions::tile_rows) on this panel.
+            if (const char* sw = std::getenv("FJ_BENCH_SWEEP")) {
+                std::istringstream items(sw);
+                for (std::string item; items >> item;) {
+                    std::map<std::string, std::string> kv;
+                    std::istringstream fields(item);
+                    for (std::string f; std::getline(fields, f, ',');) {
+                        const auto eq = f.find('=');
+                        if (eq != std::string::npos) kv[f.substr(0, eq)] = f.substr(eq + 1);
+                    }
+                    const char* keep_u = std::getenv("FJ_CUDA_UNROLL");
+                    const std::string saved_u = keep_u ? keep_u : "";
+                    setenv_or_unset("FJ_CUDA_UNROLL", kv.count("unroll") ? kv["unroll"] : saved_u);
+                    setenv_or_unset("FJ_CUDA_BLOCK", kv["block"]);
+                    setenv_or_unset("FJ_CUDA_SMEM", kv["smem"]);
+                    fj::CompileOptions o = cuda;
+                    o.tile_rows = kv.count("tile") ? std::stoll(kv["tile"]) : 0;
+                    const int w = kv.count("w") ? std::stoi(kv["w"]) : 20;
+                    fj::Program p = fj::compile({{"c", corr_w(w)}}, o);
+                    const Timing t = time_run(p, in, outs, 5);
+                    std::printf("  sweep %s: %.3f ms; %s  [smi %s]\n", item.c_str(), t.event_ms, launch_summary(p).c_str(),
+                                t.smi.c_str());
+                    setenv_or_unset("FJ_CUDA_UNROLL", saved_u);
+                    setenv_or_unset("FJ_CUDA_BLOCK", "");
+                    setenv_or_unset("FJ_CUDA_SMEM", "");
                 }
             }
             {

@@ -95,8 +95,9 @@ if [ $PROFILE = 1 ]; then
   unset FJ_CUDA_UNROLL
   echo "== ncu (corr w=20, 10,000 x 10,000 f32, one launch)"
   timeout 180 ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy \
+    --section WarpStateStats --section SchedulerStats \
     --section LaunchStats -k regex:fj_corr --launch-skip 1 --launch-count 1 "$BUILD/bench_gpu" --profile > "$LOG/ncu.log" 2>&1
-  grep -E "Duration|Throughput|Pipe|Occupancy|Registers|Block Size|Grid Size|Warp Cycles|Issued|Executed Ipc|FP64|fp64|Waves" "$LOG/ncu.log" | head -40
+  grep -E "Duration|Throughput|Pipe|Occupancy|Registers|Block Size|Grid Size|Warp Cycles|Issued|Executed Ipc|FP64|fp64|Waves|Stall|Eligible|Active Warps|No Eligible|One or More" "$LOG/ncu.log" | head -60
 fi
 
 if [ $PEERS = 1 ] && [ -f .carry/rolling_corr_peers.py ]; then

@@ -84,6 +84,7 @@ void load_driver() {
     resolve(lib, d.cuModuleUnload, "cuModuleUnload", true, &missing);
     resolve(lib, d.cuModuleGetFunction, "cuModuleGetFunction", true, &missing);
     resolve(lib, d.cuFuncGetAttribute, "cuFuncGetAttribute", true, &missing);
+    resolve(lib, d.cuFuncSetAttribute, "cuFuncSetAttribute", true, &missing);
     resolve(lib, d.cuOccupancyMaxPotentialBlockSize, "cuOccupancyMaxPotentialBlockSize", true, &missing);
     resolve(lib, d.cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
             true, &missing);

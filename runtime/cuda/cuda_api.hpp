@@ -50,6 +50,7 @@ inline constexpr int CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115;
 inline constexpr int CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0;
 inline constexpr int CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES = 3;
 inline constexpr int CU_FUNC_ATTRIBUTE_NUM_REGS = 4;
+inline constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 inline constexpr int CU_POINTER_ATTRIBUTE_CONTEXT = 1;
 inline constexpr int CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2;
 inline constexpr unsigned CU_MEMORYTYPE_HOST = 1;
@@ -103,6 +104,7 @@ struct Driver {
     CUresult (*cuModuleUnload)(CUmodule);
     CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char* name);
     CUresult (*cuFuncGetAttribute)(int*, int attrib, CUfunction);
+    CUresult (*cuFuncSetAttribute)(CUfunction, int attrib, int value);
     CUresult (*cuOccupancyMaxPotentialBlockSize)(int* min_grid, int* block, CUfunction, CUoccupancyB2DSize,
                                                  std::size_t dyn_smem, int block_limit);
     CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int* blocks, CUfunction, int block,

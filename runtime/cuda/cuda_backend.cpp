@@ -45,6 +45,7 @@ CudaSettings CudaSettings::from_env() {
     s.fmad = env_int("FJ_CUDA_FMAD", 0, 0, 1) != 0;
     s.block = env_int("FJ_CUDA_BLOCK", 0, 0, 1024);
     if (s.block % 32) throw Error(fmt::format("FJ_CUDA_BLOCK={} is not a multiple of 32", s.block));
+    s.smem = env_int("FJ_CUDA_SMEM", 0, 0, 232448);
     return s;
 }
 
@@ -286,6 +287,13 @@ void CudaExecutable::update_shapes(std::int64_t rows, std::int64_t cols) {
         li.halo = kernels_[i].kernel.halo;
         li.block = settings_.block ? settings_.block : lk.block;
         li.blocks_per_sm = settings_.block ? std::max(1, lk.blocks_per_sm * lk.block / settings_.block) : lk.blocks_per_sm;
+        if (settings_.smem > 0) {
+            if (settings_.smem > 48 * 1024)
+                FJ_CU(cuFuncSetAttribute, lk.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, settings_.smem);
+            FJ_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor, &li.blocks_per_sm, lk.fn, li.block,
+                  static_cast<std::size_t>(settings_.smem));
+            li.blocks_per_sm = std::max(1, li.blocks_per_sm);
+        }
         li.sm_count = dev_.sm_count;
         li.max_grid_x = dev_.max_grid_x;
         li.max_grid_y = dev_.max_grid_y;
@@ -346,8 +354,10 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
         words_.push_back(static_cast<std::uint64_t>(s.tile_rows));
         words_.push_back(static_cast<std::uint64_t>(s.ntiles));
         void* params[] = {words_.data()};
+        if (settings_.smem > 48 * 1024)
+            FJ_CU(cuFuncSetAttribute, k.loaded->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, settings_.smem);
         FJ_CU(cuLaunchKernel, k.loaded->fn, static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.grid_y), 1u,
-              static_cast<unsigned>(s.block), 1u, 1u, 0u, stream_, params, nullptr);
+              static_cast<unsigned>(s.block), 1u, 1u, static_cast<unsigned>(settings_.smem), stream_, params, nullptr);
     }
     for (std::size_t o = 0; o < outputs.size(); ++o)
         if (outputs[o].memory != Memory::Cuda) copy_2d(stream_, false, outputs[o], out_views_[o].ptr, cols);

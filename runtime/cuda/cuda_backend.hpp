@@ -12,6 +12,8 @@
 //   FJ_CUDA_FMAD        1: let NVRTC contract a*b+c into FMA (default 0: the same IEEE operations as the
 //                       CPU backend, so both backends round identically except in exp/log/pow)
 //   FJ_CUDA_BLOCK       threads per block (default: the occupancy API's choice)
+//   FJ_CUDA_SMEM        unused dynamic shared memory per block, in bytes (default 0): caps the blocks
+//                       resident on an SM, for experiments with L2 residency of long windows
 //   FJ_LIBCUDA, FJ_NVRTC_LIBRARY   paths of the libraries to dlopen first
 #pragma once
 
@@ -31,6 +33,7 @@ struct CudaSettings {
     bool fmad = false;
     int reg_ring_max = 16;
     int block = 0;  // 0: occupancy API
+    int smem = 0;   // dynamic shared memory per block (bytes): fewer resident blocks per SM
     static CudaSettings from_env();
 };
 
