@@ -624,11 +624,26 @@ private:
         for (std::size_t st = 0; st < k_.states.size(); ++st)
             if (live_sticky[st] && state_fexact_[st]) line(2, "const float sf{} = (float)s{};", st, st);
         if (U_ > 1) {
-            line(2, "#pragma unroll 1");
-            line(2, "for (; t + {} <= row_end; t += {}) {{", U_, U_);
-            loads(3, U_, false);
-            for (int u = 0; u < U_; ++u) step(3, u);
-            advance(3, U_);
+            // Rolling prefetch: each loaded value is replaced by the one U rows later right after its last
+            // use, so the loads of the next batch are in flight while this batch computes (the scan is
+            // bound by memory latency otherwise: few warps fit an SM with these register counts). Every
+            // prefetched row is below row_end; the last rows (fewer than 2U) run in the remainder loop.
+            std::map<std::pair<int, int>, int> last_use;  // (input, row offset) -> last batch row reading it
+            for (int u = 0; u < U_; ++u)
+                for (const auto& [slot, lag] : loads_) last_use[{slot, u - lag}] = u;
+            line(2, "if (t + {} <= row_end) {{", 2 * U_);
+            for (const auto& [key, u_last] : last_use)
+                line(3, "{} {} = {};", T_, load_name(key.first, key.second), load_addr(key.first, key.second));
+            line(3, "#pragma unroll 1");
+            line(3, "for (; t + {} <= row_end; t += {}) {{", 2 * U_, U_);
+            for (int u = 0; u < U_; ++u) {
+                step(4, u);
+                for (const auto& [key, u_last] : last_use)
+                    if (u_last == u)
+                        line(4, "{} = {};", load_name(key.first, key.second), load_addr(key.first, key.second + U_));
+            }
+            advance(4, U_);
+            line(3, "}}");
             line(2, "}}");
         }
         line(2, "#pragma unroll 1");
@@ -652,13 +667,16 @@ private:
             for (const auto& [slot, lag] : loads_) {
                 const int off = u - lag;
                 if (!done.insert({slot, off}).second) continue;
-                const std::string addr = off == 0 ? fmt::format("in{}[0]", slot)
-                                                  : fmt::format("in{}[{}LL * ld_in{}]", slot, off, slot);
+                const std::string addr = load_addr(slot, off);
                 if (off >= 0 || !guarded)
                     line(ind, "const {} {} = {};", T_, load_name(slot, off), addr);
                 else  // rows before the panel's first read as NaN (the pointer is never dereferenced there)
                     line(ind, "const {} {} = t >= {} ? {} : ({})FJ_NAN;", T_, load_name(slot, off), -off, addr, T_);
             }
+    }
+
+    static std::string load_addr(int slot, int off) {
+        return off == 0 ? fmt::format("in{}[0]", slot) : fmt::format("in{}[{}LL * ld_in{}]", slot, off, slot);
     }
 
     void advance(int ind, int rows) {
