@@ -569,8 +569,16 @@ private:
         line(0, "extern \"C\" __global__ void {}(const fj_params_{} p) {{", name_, name_);
         line(1, "const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;");
         line(1, "if (j >= p.cols) return;");
-        for (std::size_t i = 0; i < k_.inputs.size(); ++i) line(1, "const long long ld_in{} = p.in_ld{};", i, i);
-        for (std::size_t i = 0; i < k_.outputs.size(); ++i) line(1, "const long long ld_out{} = p.out_ld{};", i, i);
+        const std::size_t ni = k_.inputs.size(), no = k_.outputs.size();
+        const bool fixed = !o_.strides.empty();
+        if (fixed && o_.strides.size() != ni + no)
+            throw BackendError(fmt::format("CUDA emitter: kernel {}: {} fixed strides for {} panels", k_.name,
+                                           o_.strides.size(), ni + no));
+        for (std::size_t i = 0; i < ni; ++i)
+            line(1, "const long long ld_in{} = {};", i, fixed ? fmt::format("{}LL", o_.strides[i]) : fmt::format("p.in_ld{}", i));
+        for (std::size_t i = 0; i < no; ++i)
+            line(1, "const long long ld_out{} = {};", i,
+                 fixed ? fmt::format("{}LL", o_.strides[ni + i]) : fmt::format("p.out_ld{}", i));
         line(1, "for (long long tile = blockIdx.y; tile < p.ntiles; tile += gridDim.y) {{");
         line(2, "const long long out_begin = tile * p.tile_rows;");
         line(2, "const long long row_end = out_begin + p.tile_rows < p.rows ? out_begin + p.tile_rows : p.rows;");

@@ -56,6 +56,10 @@ struct CudaEmitOptions {
     DType dtype = DType::F32;
     int unroll = 8;          // rows whose loads are issued together (1 .. 16; fewer for big bodies)
     int reg_ring_max = 16;   // rings up to this size live in registers (shift registers)
+    // Leading dimensions (elements) fixed at compile time, one per input then one per output; empty:
+    // read from the parameters. Fixed, every row offset of a batch is a constant, which the loads take as
+    // an immediate (no address arithmetic per load); the kernel then only runs on panels with these.
+    std::vector<long long> strides;
 };
 
 // A valid C identifier from kernel.name ("fj_" prefixed when needed, at most 120 characters).

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -126,6 +127,10 @@ TEST_CASE_TEMPLATE_DEFINE("all operators in one program: host panels, device pan
         o.tile_rows = tile;
         all_cases<T>(o, true, false);
     }
+    // Kernels specialised on the panels' leading dimensions (what big panels get by default).
+    ::setenv("FJ_CUDA_FIXED_LD", "1", 1);
+    all_cases<T>({}, true, false);
+    ::unsetenv("FJ_CUDA_FIXED_LD");
 }
 TEST_CASE_TEMPLATE_APPLY(cuda_all, fj::test::CudaTargets);
 
@@ -193,6 +198,12 @@ TEST_CASE("kernels are compiled once per process; explain names the backend and 
         CHECK(text.find("backend cuda") != std::string::npos);
         if (k == 1) CHECK(text.find(": memory") != std::string::npos);
     }
+    ::setenv("FJ_CUDA_FIXED_LD", "1", 1);
+    fj::Program p = fj::compile({{"c", fj::corr(fj::window(A, 7), fj::window(B, 7))}}, o);
+    ::unsetenv("FJ_CUDA_FIXED_LD");
+    p.run({{"A", fj::Panel::host(a.data(), 100, 10)}, {"B", fj::Panel::host(b.data(), 100, 10)}},
+          {{"c", fj::Panel::host(out.data(), 100, 10)}});
+    CHECK(p.explain().find("specialised on leading dimensions [10, 10, 10]") != std::string::npos);
 }
 
 TEST_CASE("device outputs that overlap device inputs are refused") {

@@ -1,6 +1,7 @@
 #include "runtime/cuda/cuda_backend.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "dsl/error.hpp"
 #include "runtime/backend.hpp"
@@ -46,29 +48,32 @@ CudaSettings CudaSettings::from_env() {
     s.block = env_int("FJ_CUDA_BLOCK", 0, 0, 1024);
     if (s.block % 32) throw Error(fmt::format("FJ_CUDA_BLOCK={} is not a multiple of 32", s.block));
     s.smem = env_int("FJ_CUDA_SMEM", 0, 0, 232448);
+    s.fixed_ld = env_int("FJ_CUDA_FIXED_LD", -1, -1, 1);
     return s;
 }
 
 std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::string& arch, bool cubin,
-                            const CudaSettings& settings) {
+                            const CudaSettings& settings, const std::vector<long long>& strides) {
     const Nvrtc& n = nvrtc_api();
     std::string opts;
     for (const std::string& o : codegen::cuda_compile_options(arch, settings.fmad)) opts += o + ' ';
     return fmt::format("fj-cuda ir={:016x} dtype={} codegen={} target={}{} nvrtc={} opts=[{}] unroll={} ringreg={}",
                        kernel.hash(), dtype_name(dtype), codegen::kCudaCodegenVersion, arch, cubin ? "" : "(ptx)",
-                       n.version, opts, settings.unroll, settings.reg_ring_max);
+                       n.version, opts, settings.unroll, settings.reg_ring_max) +
+           (strides.empty() ? std::string() : fmt::format(" ld=[{}]", fmt::join(strides, ",")));
 }
 
 CudaCompiled compile_cuda_kernel(const ir::Kernel& kernel, DType dtype, const std::string& arch, bool cubin,
-                                 const CudaSettings& settings) {
+                                 const CudaSettings& settings, const std::vector<long long>& strides) {
     CudaCompiled c;
     c.function = codegen::cuda_kernel_name(kernel);
-    c.key = cuda_kernel_key(kernel, dtype, arch, cubin, settings);
+    c.key = cuda_kernel_key(kernel, dtype, arch, cubin, settings, strides);
     const auto t0 = std::chrono::steady_clock::now();
     codegen::CudaEmitOptions eo;
     eo.dtype = dtype;
     eo.unroll = settings.unroll;
     eo.reg_ring_max = settings.reg_ring_max;
+    eo.strides = strides;
     c.source = codegen::emit_cuda(kernel, eo);
     c.emit_ms = ms_since(t0);
     c.dump_path = dump_source(fmt::format("{}-{:016x}", c.function, fnv1a64(c.key.data(), c.key.size())), c.source);
@@ -149,7 +154,16 @@ struct KernelInfo {  // one kernel of an executable
     double ms = 0;       // compile / disk read / 0
     double load_ms = 0;  // cuModuleLoadData and attribute queries (0 when already loaded)
     std::vector<ArgRef> in_refs, out_refs;
+    // The same kernel specialised on the leading dimensions of the last big run (see kSpecializeElements).
+    std::shared_ptr<const LoadedKernel> fixed;
+    std::vector<long long> fixed_strides;
+    CacheSource fixed_source = CacheSource::Compiled;
+    double fixed_ms = 0;
 };
+
+// Gives the kernel specialised on `strides`, from the caches or compiled now (CacheResult: how).
+using Specializer = std::function<std::shared_ptr<const LoadedKernel>(const ir::Kernel&, const std::vector<long long>&,
+                                                                      CacheSource*, double*)>;
 
 class CudaBackend;
 
@@ -219,9 +233,10 @@ void copy_2d(CUstream s, bool to_device, const Panel& host, CUdeviceptr dev, std
 class CudaExecutable final : public Executable {
 public:
     CudaExecutable(const Device& dev, const codegen::Plan& plan, DType dtype, const CompileOptions& options,
-                   CudaSettings settings, std::vector<KernelInfo> kernels, double prepare_ms)
+                   CudaSettings settings, std::vector<KernelInfo> kernels, double prepare_ms, Specializer specialize)
         : dev_(dev), dtype_(dtype), options_(options), settings_(settings), inputs_(plan.inputs),
-          outputs_(plan.outputs), kernels_(std::move(kernels)), prepare_ms_(prepare_ms) {
+          outputs_(plan.outputs), kernels_(std::move(kernels)), prepare_ms_(prepare_ms),
+          specialize_(std::move(specialize)) {
         // Argument sources by index, so that a run looks nothing up by name.
         std::vector<std::string> tmps;
         auto ref = [&](const std::string& name) {
@@ -239,6 +254,7 @@ public:
         }
         n_tmp_ = tmps.size();
         shapes_.resize(kernels_.size());
+        shape_fn_.resize(kernels_.size());
     }
 
     ~CudaExecutable() override {
@@ -275,12 +291,35 @@ private:
     std::vector<std::uint64_t> words_;
     std::vector<LaunchShape> shapes_;
     std::int64_t shape_rows_ = -1, shape_cols_ = -1;
+    std::vector<CUfunction> shape_fn_;  // the kernel each shape was chosen for
+    Specializer specialize_;
+    // The kernel a run launches: specialised on the leading dimensions for big panels.
+    const LoadedKernel& kernel_for_run(std::size_t i, std::int64_t rows, std::int64_t cols);
 };
 
+const LoadedKernel& CudaExecutable::kernel_for_run(std::size_t i, std::int64_t rows, std::int64_t cols) {
+    KernelInfo& k = kernels_[i];
+    const bool fixed = settings_.fixed_ld == 1 ||
+                       (settings_.fixed_ld == -1 && static_cast<double>(rows) * static_cast<double>(cols) >=
+                                                        static_cast<double>(kSpecializeElements));
+    if (!fixed) return *k.loaded;
+    std::vector<long long> strides;
+    for (const ArgRef& r : k.in_refs) strides.push_back(view(r).ld);
+    for (const ArgRef& r : k.out_refs) strides.push_back(view(r).ld);
+    if (!k.fixed || strides != k.fixed_strides) {
+        k.fixed = specialize_(k.kernel, strides, &k.fixed_source, &k.fixed_ms);
+        k.fixed_strides = strides;
+    }
+    return *k.fixed;
+}
+
 void CudaExecutable::update_shapes(std::int64_t rows, std::int64_t cols) {
-    if (rows == shape_rows_ && cols == shape_cols_) return;
+    bool same = rows == shape_rows_ && cols == shape_cols_;
+    for (std::size_t i = 0; i < kernels_.size(); ++i) same = same && shape_fn_[i] == kernel_for_run(i, rows, cols).fn;
+    if (same) return;
     for (std::size_t i = 0; i < kernels_.size(); ++i) {
-        const LoadedKernel& lk = *kernels_[i].loaded;
+        const LoadedKernel& lk = kernel_for_run(i, rows, cols);
+        shape_fn_[i] = lk.fn;
         LaunchInput li;
         li.rows = rows;
         li.cols = cols;
@@ -354,9 +393,10 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
         words_.push_back(static_cast<std::uint64_t>(s.tile_rows));
         words_.push_back(static_cast<std::uint64_t>(s.ntiles));
         void* params[] = {words_.data()};
+        const CUfunction fn = shape_fn_[i];
         if (settings_.smem > 48 * 1024)
-            FJ_CU(cuFuncSetAttribute, k.loaded->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, settings_.smem);
-        FJ_CU(cuLaunchKernel, k.loaded->fn, static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.grid_y), 1u,
+            FJ_CU(cuFuncSetAttribute, fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, settings_.smem);
+        FJ_CU(cuLaunchKernel, fn, static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.grid_y), 1u,
               static_cast<unsigned>(s.block), 1u, 1u, static_cast<unsigned>(settings_.smem), stream_, params, nullptr);
     }
     for (std::size_t o = 0; o < outputs.size(); ++o)
@@ -374,6 +414,10 @@ std::string CudaExecutable::explain() const {
                            "block {} ({} per SM), halo {}\n",
                            lk.function, cache_source_name(k.source), k.ms, k.load_ms, lk.registers, lk.local_bytes,
                            lk.block, lk.blocks_per_sm, k.kernel.halo);
+        if (k.fixed)
+            out += fmt::format("    specialised on leading dimensions [{}] ({}, {:.2f} ms), {} registers\n",
+                               fmt::join(k.fixed_strides, ", "), cache_source_name(k.fixed_source), k.fixed_ms,
+                               k.fixed->registers);
         if (shape_rows_ >= 0) {
             const LaunchShape& s = shapes_[i];
             out += fmt::format("    last launch: {} x {}: grid {} x {}, block {}, {} tile(s) of {} rows\n", shape_rows_,
@@ -466,7 +510,29 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
         }
         kernels[i].loaded = it->second;
     }
-    return std::make_unique<CudaExecutable>(dev_, plan, dtype, options, settings, std::move(kernels), ms_since(t0));
+    Specializer specialize = [this, dtype, settings](const ir::Kernel& k, const std::vector<long long>& strides,
+                                                     CacheSource* source, double* ms) {
+        const std::string key = cuda_kernel_key(k, dtype, target_.arch, target_.cubin, settings, strides);
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            auto it = loaded_.find(key);
+            if (it != loaded_.end()) {
+                *source = CacheSource::Memory;
+                *ms = 0;
+                return it->second;
+            }
+        }
+        CacheResult r = KernelCache::global().get(
+            key, [&] { return compile_cuda_kernel(k, dtype, target_.arch, target_.cubin, settings, strides).entry; });
+        *source = r.source;
+        *ms = r.ms;
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto it = loaded_.find(key);
+        if (it == loaded_.end()) it = loaded_.emplace(key, load(key, *r.entry)).first;
+        return it->second;
+    };
+    return std::make_unique<CudaExecutable>(dev_, plan, dtype, options, settings, std::move(kernels), ms_since(t0),
+                                            std::move(specialize));
 }
 
 }  // namespace

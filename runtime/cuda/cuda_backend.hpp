@@ -12,6 +12,8 @@
 //   FJ_CUDA_FMAD        1: let NVRTC contract a*b+c into FMA (default 0: the same IEEE operations as the
 //                       CPU backend, so both backends round identically except in exp/log/pow)
 //   FJ_CUDA_BLOCK       threads per block (default: the occupancy API's choice)
+//   FJ_CUDA_FIXED_LD    1: always run kernels specialised on the panels' leading dimensions; 0: never;
+//                       default: for panels of kSpecializeElements or more
 //   FJ_CUDA_SMEM        unused dynamic shared memory per block, in bytes (default 0): caps the blocks
 //                       resident on an SM, for experiments with L2 residency of long windows
 //   FJ_LIBCUDA, FJ_NVRTC_LIBRARY   paths of the libraries to dlopen first
@@ -34,12 +36,19 @@ struct CudaSettings {
     int reg_ring_max = 16;
     int block = 0;  // 0: occupancy API
     int smem = 0;   // dynamic shared memory per block (bytes): fewer resident blocks per SM
+    int fixed_ld = -1;  // kernels specialised on the panels' leading dimensions: -1 for big panels, 0 never, 1 always
     static CudaSettings from_env();
 };
 
+// Panels of at least this many elements run on kernels specialised on their leading dimensions (a
+// compile on the first run with new ones, then from the caches): constant row offsets save address
+// arithmetic on every load, which only pays off where a run is long.
+inline constexpr long long kSpecializeElements = 1LL << 26;
+
 // The cache key of a kernel: IR hash, dtype, codegen version, NVRTC target, NVRTC version, options.
+// `strides`: see codegen::CudaEmitOptions::strides (empty: leading dimensions from the parameters).
 std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::string& arch, bool cubin,
-                            const CudaSettings& settings);
+                            const CudaSettings& settings, const std::vector<long long>& strides = {});
 
 // One kernel compiled, with what the CLI reports. No GPU needed.
 struct CudaCompiled {
@@ -56,7 +65,7 @@ struct CudaCompiled {
 // Emits, dumps (FJ_DUMP_DIR) and compiles one kernel for `arch` ("sm_90", or "compute_90" for PTX).
 // Throws fj::BackendError with the NVRTC log and the dump path on failure.
 CudaCompiled compile_cuda_kernel(const ir::Kernel& kernel, DType dtype, const std::string& arch, bool cubin,
-                                 const CudaSettings& settings);
+                                 const CudaSettings& settings, const std::vector<long long>& strides = {});
 
 // Compiles several kernels in parallel (one thread each, at most the hardware's count at a time);
 // results in the order given. The first failure is rethrown after all have finished.
