@@ -95,9 +95,10 @@ if [ $PROFILE = 1 ]; then
   unset FJ_CUDA_UNROLL
   echo "== ncu (corr w=20, 10,000 x 10,000 f32, one launch)"
   timeout 180 ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy \
-    --section WarpStateStats --section SchedulerStats \
+    --section WarpStateStats --section SchedulerStats --section SourceCounters \
+    --metrics smsp__pcsamp_warps_issue_stalled_long_scoreboard,smsp__pcsamp_warps_issue_stalled_lg_throttle,smsp__pcsamp_warps_issue_stalled_mio_throttle,smsp__pcsamp_warps_issue_stalled_math_pipe_throttle,smsp__pcsamp_warps_issue_stalled_wait,smsp__pcsamp_warps_issue_stalled_short_scoreboard,smsp__pcsamp_warps_issue_stalled_not_selected,smsp__pcsamp_warps_issue_stalled_selected,smsp__pcsamp_warps_issue_stalled_dispatch_stall,smsp__pcsamp_warps_issue_stalled_drain,smsp__pcsamp_warps_issue_stalled_no_instructions,smsp__pcsamp_warps_issue_stalled_branch_resolving,smsp__pcsamp_warps_issue_stalled_tex_throttle,smsp__pcsamp_warps_issue_stalled_membar,smsp__pcsamp_warps_issue_stalled_imc_miss \
     --section LaunchStats -k regex:fj_corr --launch-skip 1 --launch-count 1 "$BUILD/bench_gpu" --profile > "$LOG/ncu.log" 2>&1
-  grep -E "Duration|Throughput|Pipe|Occupancy|Registers|Block Size|Grid Size|Warp Cycles|Issued|Executed Ipc|FP64|fp64|Waves|Stall|Eligible|Active Warps|No Eligible|One or More" "$LOG/ncu.log" | head -60
+  grep -E "Duration|Throughput|Pipe|Occupancy|Registers|Block Size|Grid Size|Warp Cycles|Issued|Executed Ipc|FP64|fp64|Waves|Stall|Eligible|Active Warps|No Eligible|One or More|pcsamp" "$LOG/ncu.log" | head -80
 fi
 
 if [ $PEERS = 1 ] && [ -f .carry/rolling_corr_peers.py ]; then
