@@ -44,6 +44,7 @@ int env_int(const char* name, int fallback, int lo, int hi) {
 CudaSettings CudaSettings::from_env() {
     CudaSettings s;
     s.unroll = env_int("FJ_CUDA_UNROLL", s.unroll, 1, 16);
+    s.unroll_given = std::getenv("FJ_CUDA_UNROLL") != nullptr;
     s.fmad = env_int("FJ_CUDA_FMAD", 0, 0, 1) != 0;
     s.block = env_int("FJ_CUDA_BLOCK", 0, 0, 1024);
     if (s.block % 32) throw Error(fmt::format("FJ_CUDA_BLOCK={} is not a multiple of 32", s.block));
@@ -510,8 +511,11 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
         }
         kernels[i].loaded = it->second;
     }
-    Specializer specialize = [this, dtype, settings](const ir::Kernel& k, const std::vector<long long>& strides,
-                                                     CacheSource* source, double* ms) {
+    CudaSettings fixed_settings = settings;
+    if (!settings.unroll_given) fixed_settings.unroll = kSpecializedUnroll;
+    Specializer specialize = [this, dtype, settings = fixed_settings](const ir::Kernel& k,
+                                                                      const std::vector<long long>& strides,
+                                                                      CacheSource* source, double* ms) {
         const std::string key = cuda_kernel_key(k, dtype, target_.arch, target_.cubin, settings, strides);
         {
             std::lock_guard<std::mutex> lock(mutex_);

@@ -32,6 +32,7 @@ namespace fj::rt::cuda {
 // Code-generation settings that are not in CompileOptions (benchmark knobs), read from the environment.
 struct CudaSettings {
     int unroll = 8;
+    bool unroll_given = false;  // FJ_CUDA_UNROLL set: kernels specialised on leading dimensions use it too
     bool fmad = false;
     int reg_ring_max = 16;
     int block = 0;  // 0: occupancy API
@@ -44,6 +45,10 @@ struct CudaSettings {
 // compile on the first run with new ones, then from the caches): constant row offsets save address
 // arithmetic on every load, which only pays off where a run is long.
 inline constexpr long long kSpecializeElements = 1LL << 26;
+// Rows per batch of those kernels: more loads in flight per thread, which a long scan at full bandwidth
+// needs (H200, corr w=20, 50,000 x 50,000: 8 rows 12.3 ms, 16 rows 11.4 ms); compiled only for big
+// panels, so the longer compile (about twice the body) does not touch the common cold-compile time.
+inline constexpr int kSpecializedUnroll = 16;
 
 // The cache key of a kernel: IR hash, dtype, codegen version, NVRTC target, NVRTC version, options.
 // `strides`: see codegen::CudaEmitOptions::strides (empty: leading dimensions from the parameters).
