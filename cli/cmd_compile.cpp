@@ -4,6 +4,7 @@
 // present), and optionally writes the generated source. The kernel cache is bypassed: the times are
 // cold compilations.
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -25,7 +26,7 @@
 namespace {
 
 const char* const kUsage = R"USAGE(usage: factorjit compile -e EXPR [-e EXPR ...] [--dtype f32|f64] [--arch sm_XY] [-o FILE.cu]
-                         [--round-windows]
+                         [--round-windows] [--ld N]
 
 Generates the CUDA kernels of the expressions (compiled together, as `factorjit eval` would; the k-th
 is named out<k-1>) and compiles them with NVRTC to a cubin. Needs NVRTC, not a GPU.
@@ -36,6 +37,8 @@ is named out<k-1>) and compiles them with NVRTC to a cubin. Needs NVRTC, not a G
   -o, --output FILE  write the generated CUDA source there
   --cubin FILE       write the cubin there (FILE.1, FILE.2, ... for further kernels)
   --round-windows    round non-integer window lengths instead of flooring them
+  --ld N             the kernels big panels get: specialised on leading dimension N (elements) for
+                     every input and output, 16 rows per batch, L2 prefetch
   -h, --help         print this help
 
 Prints, per kernel, the NVRTC compile time, registers per thread and local-memory bytes. Environment:
@@ -49,6 +52,7 @@ int cmd_compile(const std::vector<std::string>& argv) {
     std::vector<std::string> texts;
     fj::DType dtype = fj::DType::F32;
     std::string arch, out_path, cubin_path;
+    long long fixed_ld = 0;
     fj::ParseOptions parse_options;
     ArgCursor c(argv, "compile");
     while (c.next()) {
@@ -71,6 +75,11 @@ int cmd_compile(const std::vector<std::string>& argv) {
         } else if (c.is("--round-windows")) {
             c.no_value();
             parse_options.round_windows = true;
+        } else if (c.is("--ld")) {
+            const std::string v = c.value("a leading dimension");
+            char* end = nullptr;
+            fixed_ld = std::strtoll(v.c_str(), &end, 10);
+            if (v.empty() || *end || fixed_ld < 1) throw UsageError("--ld must be a positive integer, not '" + v + "'", "compile");
         } else {
             c.unknown();
         }
@@ -78,6 +87,7 @@ int cmd_compile(const std::vector<std::string>& argv) {
     if (texts.empty()) throw UsageError("compile needs at least one -e EXPR", "compile");
 #ifndef FJ_WITH_CUDA
     (void)dtype;
+    (void)fixed_ld;
     throw fj::BackendError("compile: this build has no CUDA backend (configured without cuda.h)");
 #else
     namespace cu = fj::rt::cuda;
@@ -104,7 +114,7 @@ int cmd_compile(const std::vector<std::string>& argv) {
 
     const cu::CudaSettings settings = cu::CudaSettings::from_env();
     const auto t0 = std::chrono::steady_clock::now();
-    std::vector<cu::CudaCompiled> done = cu::compile_cuda_kernels(kernels, dtype, arch, true, settings);
+    std::vector<cu::CudaCompiled> done = cu::compile_cuda_kernels(kernels, dtype, arch, true, settings, fixed_ld);
     const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
     const bool confirm = dev && dev->arch() == arch;
@@ -129,7 +139,8 @@ int cmd_compile(const std::vector<std::string>& argv) {
         if (!k.dump_path.empty()) std::printf("  source: %s\n", k.dump_path.c_str());
     }
     std::printf("compiled %zu kernel(s) in %.1f ms (NVRTC %d.%d, %s, unroll %d%s)\n", done.size(), wall,
-                nvrtc->version / 1000, nvrtc->version % 1000 / 10, nvrtc->library.c_str(), settings.unroll,
+                nvrtc->version / 1000, nvrtc->version % 1000 / 10, nvrtc->library.c_str(),
+                fixed_ld > 0 ? cu::specialised_settings(settings).unroll : settings.unroll,
                 settings.fmad ? ", fmad" : "");
     for (std::size_t i = 0; i < done.size() && !cubin_path.empty(); ++i) {
         const std::string path = i == 0 ? cubin_path : cubin_path + "." + std::to_string(i);

@@ -555,6 +555,9 @@ private:
         for (std::size_t i = 0; i < k_.outputs.size(); ++i)
             line(0, "//   out{} = {}", i, comment_safe(k_.outputs[i]));
         line(0, "#define FJ_NAN __longlong_as_double(0x7ff8000000000000LL)");
+        line(0, "#ifndef FJ_PREFETCH_L2");
+        line(0, "#define FJ_PREFETCH_L2(a) asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"(a))");
+        line(0, "#endif");
         line(0, "struct fj_params_{} {{", name_);
         for (std::size_t i = 0; i < k_.inputs.size(); ++i) line(1, "const {}* in{};", T_, i);
         for (std::size_t i = 0; i < k_.inputs.size(); ++i) line(1, "long long in_ld{};", i);
@@ -644,11 +647,19 @@ private:
                 line(3, "{} {} = {};", T_, load_name(key.first, key.second), load_addr(key.first, key.second));
             line(3, "#pragma unroll 1");
             line(3, "for (; t + {} <= row_end; t += {}) {{", 2 * U_, U_);
+            const int pf = std::max(0, o_.l2_prefetch_rows);
+            std::set<int> pf_inputs;  // inputs read at lag 0: their rows ahead are new to L2
+            for (const auto& [slot, lag] : loads_)
+                if (lag == 0) pf_inputs.insert(slot);
+            if (pf > 0 && !pf_inputs.empty()) line(4, "const bool pf = t + {} <= p.rows;", pf + U_);
             for (int u = 0; u < U_; ++u) {
                 step(4, u);
                 for (const auto& [key, u_last] : last_use)
                     if (u_last == u)
                         line(4, "{} = {};", load_name(key.first, key.second), load_addr(key.first, key.second + U_));
+                if (pf > 0)
+                    for (int slot : pf_inputs)
+                        line(4, "if (pf) FJ_PREFETCH_L2(&{});", load_addr(slot, u + pf));
             }
             advance(4, U_);
             line(3, "}}");

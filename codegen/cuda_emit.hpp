@@ -60,6 +60,9 @@ struct CudaEmitOptions {
     // read from the parameters. Fixed, every row offset of a batch is a constant, which the loads take as
     // an immediate (no address arithmetic per load); the kernel then only runs on panels with these.
     std::vector<long long> strides;
+    // Rows ahead of the batch that the batched loop asks L2 to prefetch (prefetch.global.L2, one per
+    // input and row, no register): more of the panel in flight than registers can hold. 0: none.
+    int l2_prefetch_rows = 0;
 };
 
 // A valid C identifier from kernel.name ("fj_" prefixed when needed, at most 120 characters).

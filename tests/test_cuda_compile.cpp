@@ -226,6 +226,22 @@ TEST_CASE("cache keys separate dtype, arch and code-generation settings") {
     s2 = s;
     s2.fmad = true;
     CHECK(a != cu::cuda_kernel_key(k, fj::DType::F32, "sm_90", true, s2));
+    CHECK(a != cu::cuda_kernel_key(k, fj::DType::F32, "sm_90", true, s, {64, 64}));
+    CHECK(cu::cuda_kernel_key(k, fj::DType::F32, "sm_90", true, s, {64, 64}) !=
+          cu::cuda_kernel_key(k, fj::DType::F32, "sm_90", true, s, {64, 65}));
+}
+
+TEST_CASE("kernels specialised on leading dimensions compile, with constant strides and L2 prefetch") {
+    if (!have_nvrtc()) return;
+    const fj::Expr A = fj::input("A"), B = fj::input("B");
+    const fj::codegen::Plan plan = fj::codegen::make_plan({{"o", fj::corr(fj::window(A, 20), fj::window(B, 20))}});
+    std::vector<const fj::ir::Kernel*> ks = {&plan.regions[0].kernel};
+    const auto done = cu::compile_cuda_kernels(ks, fj::DType::F32, "sm_90", true, cu::CudaSettings{}, 50000);
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].source.find("const long long ld_in1 = 50000LL;") != std::string::npos);
+    CHECK(done[0].source.find("FJ_PREFETCH_L2(&in0[") != std::string::npos);
+    CHECK(done[0].key.find("ld=[50000,50000,50000]") != std::string::npos);
+    CHECK(done[0].registers > 0);
 }
 
 TEST_CASE("arch parsing") {

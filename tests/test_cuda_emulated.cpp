@@ -38,6 +38,7 @@ static thread_local fj_dim3 blockIdx, blockDim, threadIdx, gridDim;
 static inline double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, 8); return d; }
 static inline long long __double_as_longlong(double d) { long long v; std::memcpy(&v, &d, 8); return v; }
 static inline float __int_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
+#define FJ_PREFETCH_L2(a) ((void)(a))
 static inline int __double2hiint(double d) { long long v; std::memcpy(&v, &d, 8); return (int)(v >> 32); }
 static inline double __drcp_rn(double a) { return 1.0 / a; }
 static inline double rsqrt(double a) { return 1.0 / std::sqrt(a); }
@@ -68,6 +69,7 @@ public:
             o.dtype = dtype;
             o.unroll = 3;  // not a divisor of the tile lengths used: the remainder loop runs too
             if (ld_in > 0) {
+                o.l2_prefetch_rows = 5;
                 o.strides.assign(k.inputs.size(), ld_in);
                 o.strides.insert(o.strides.end(), k.outputs.size(), ld_out);
             }

@@ -50,6 +50,7 @@ CudaSettings CudaSettings::from_env() {
     if (s.block % 32) throw Error(fmt::format("FJ_CUDA_BLOCK={} is not a multiple of 32", s.block));
     s.smem = env_int("FJ_CUDA_SMEM", 0, 0, 232448);
     s.fixed_ld = env_int("FJ_CUDA_FIXED_LD", -1, -1, 1);
+    s.l2_prefetch = env_int("FJ_CUDA_PREFETCH", -1, -1, 4096);
     return s;
 }
 
@@ -61,7 +62,8 @@ std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::st
     return fmt::format("fj-cuda ir={:016x} dtype={} codegen={} target={}{} nvrtc={} opts=[{}] unroll={} ringreg={}",
                        kernel.hash(), dtype_name(dtype), codegen::kCudaCodegenVersion, arch, cubin ? "" : "(ptx)",
                        n.version, opts, settings.unroll, settings.reg_ring_max) +
-           (strides.empty() ? std::string() : fmt::format(" ld=[{}]", fmt::join(strides, ",")));
+           (strides.empty() ? std::string()
+                            : fmt::format(" ld=[{}] l2pf={}", fmt::join(strides, ","), settings.l2_prefetch));
 }
 
 CudaCompiled compile_cuda_kernel(const ir::Kernel& kernel, DType dtype, const std::string& arch, bool cubin,
@@ -75,6 +77,7 @@ CudaCompiled compile_cuda_kernel(const ir::Kernel& kernel, DType dtype, const st
     eo.unroll = settings.unroll;
     eo.reg_ring_max = settings.reg_ring_max;
     eo.strides = strides;
+    if (!strides.empty()) eo.l2_prefetch_rows = settings.l2_prefetch < 0 ? kSpecializedL2Prefetch : settings.l2_prefetch;
     c.source = codegen::emit_cuda(kernel, eo);
     c.emit_ms = ms_since(t0);
     c.dump_path = dump_source(fmt::format("{}-{:016x}", c.function, fnv1a64(c.key.data(), c.key.size())), c.source);
@@ -120,10 +123,25 @@ void parallel_for(std::size_t n, F&& job) {
         if (e) std::rethrow_exception(e);
 }
 
+CudaSettings specialised_settings(const CudaSettings& settings) {
+    CudaSettings s = settings;
+    if (!s.unroll_given) s.unroll = kSpecializedUnroll;
+    return s;
+}
+
 std::vector<CudaCompiled> compile_cuda_kernels(const std::vector<const ir::Kernel*>& kernels, DType dtype,
-                                               const std::string& arch, bool cubin, const CudaSettings& settings) {
+                                               const std::string& arch, bool cubin, const CudaSettings& settings,
+                                               long long fixed_ld) {
     std::vector<CudaCompiled> out(kernels.size());
-    parallel_for(kernels.size(), [&](std::size_t i) { out[i] = compile_cuda_kernel(*kernels[i], dtype, arch, cubin, settings); });
+    parallel_for(kernels.size(), [&](std::size_t i) {
+        const ir::Kernel& k = *kernels[i];
+        if (fixed_ld <= 0) {
+            out[i] = compile_cuda_kernel(k, dtype, arch, cubin, settings);
+            return;
+        }
+        const std::vector<long long> strides(k.inputs.size() + k.outputs.size(), fixed_ld);
+        out[i] = compile_cuda_kernel(k, dtype, arch, cubin, specialised_settings(settings), strides);
+    });
     return out;
 }
 
@@ -511,8 +529,7 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
         }
         kernels[i].loaded = it->second;
     }
-    CudaSettings fixed_settings = settings;
-    if (!settings.unroll_given) fixed_settings.unroll = kSpecializedUnroll;
+    const CudaSettings fixed_settings = specialised_settings(settings);
     Specializer specialize = [this, dtype, settings = fixed_settings](const ir::Kernel& k,
                                                                       const std::vector<long long>& strides,
                                                                       CacheSource* source, double* ms) {

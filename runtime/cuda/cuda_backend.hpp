@@ -14,6 +14,7 @@
 //   FJ_CUDA_BLOCK       threads per block (default: the occupancy API's choice)
 //   FJ_CUDA_FIXED_LD    1: always run kernels specialised on the panels' leading dimensions; 0: never;
 //                       default: for panels of kSpecializeElements or more
+//   FJ_CUDA_PREFETCH    rows ahead that those kernels prefetch into L2 (0: none)
 //   FJ_CUDA_SMEM        unused dynamic shared memory per block, in bytes (default 0): caps the blocks
 //                       resident on an SM, for experiments with L2 residency of long windows
 //   FJ_LIBCUDA, FJ_NVRTC_LIBRARY   paths of the libraries to dlopen first
@@ -37,6 +38,7 @@ struct CudaSettings {
     int reg_ring_max = 16;
     int block = 0;  // 0: occupancy API
     int smem = 0;   // dynamic shared memory per block (bytes): fewer resident blocks per SM
+    int l2_prefetch = -1;  // rows ahead prefetched into L2 by kernels specialised on leading dimensions (-1: default)
     int fixed_ld = -1;  // kernels specialised on the panels' leading dimensions: -1 for big panels, 0 never, 1 always
     static CudaSettings from_env();
 };
@@ -49,6 +51,7 @@ inline constexpr long long kSpecializeElements = 1LL << 26;
 // needs (H200, corr w=20, 50,000 x 50,000: 8 rows 12.3 ms, 16 rows 11.4 ms); compiled only for big
 // panels, so the longer compile (about twice the body) does not touch the common cold-compile time.
 inline constexpr int kSpecializedUnroll = 16;
+inline constexpr int kSpecializedL2Prefetch = 32;
 
 // The cache key of a kernel: IR hash, dtype, codegen version, NVRTC target, NVRTC version, options.
 // `strides`: see codegen::CudaEmitOptions::strides (empty: leading dimensions from the parameters).
@@ -73,8 +76,13 @@ CudaCompiled compile_cuda_kernel(const ir::Kernel& kernel, DType dtype, const st
                                  const CudaSettings& settings, const std::vector<long long>& strides = {});
 
 // Compiles several kernels in parallel (one thread each, at most the hardware's count at a time);
-// results in the order given. The first failure is rethrown after all have finished.
+// results in the order given. The first failure is rethrown after all have finished. fixed_ld > 0: the
+// kernels big panels get, specialised on that leading dimension for every panel (see kSpecializeElements).
 std::vector<CudaCompiled> compile_cuda_kernels(const std::vector<const ir::Kernel*>& kernels, DType dtype,
-                                               const std::string& arch, bool cubin, const CudaSettings& settings);
+                                               const std::string& arch, bool cubin, const CudaSettings& settings,
+                                               long long fixed_ld = 0);
+
+// The settings kernels specialised on leading dimensions are compiled with.
+CudaSettings specialised_settings(const CudaSettings& settings);
 
 }  // namespace fj::rt::cuda
