@@ -51,7 +51,7 @@ inline constexpr long long kSpecializeElements = 1LL << 26;
 // needs (H200, corr w=20, 50,000 x 50,000: 8 rows 12.3 ms, 16 rows 11.4 ms); compiled only for big
 // panels, so the longer compile (about twice the body) does not touch the common cold-compile time.
 inline constexpr int kSpecializedUnroll = 16;
-inline constexpr int kSpecializedL2Prefetch = 32;
+inline constexpr int kSpecializedL2Prefetch = 16;
 
 // The cache key of a kernel: IR hash, dtype, codegen version, NVRTC target, NVRTC version, options.
 // `strides`: see codegen::CudaEmitOptions::strides (empty: leading dimensions from the parameters).
