@@ -664,6 +664,17 @@ private:
             advance(4, U_);
             line(3, "}}");
             line(2, "}}");
+            if (!o_.strides.empty()) {
+                // Kernels for big panels: the last whole batches too (loads first, then the rows), so that
+                // short tiles do not leave up to 2U - 1 rows to the one-row loop. Not in the generic kernel,
+                // whose cold compile time it would double.
+                line(2, "#pragma unroll 1");
+                line(2, "for (; t + {} <= row_end; t += {}) {{", U_, U_);
+                loads(3, U_, false);
+                for (int u = 0; u < U_; ++u) step(3, u);
+                advance(3, U_);
+                line(2, "}}");
+            }
         }
         line(2, "#pragma unroll 1");
         line(2, "for (; t < row_end; ++t) {{");

@@ -46,7 +46,7 @@ struct CudaSettings {
 // Panels of at least this many elements run on kernels specialised on their leading dimensions (a
 // compile on the first run with new ones, then from the caches): constant row offsets save address
 // arithmetic on every load, which only pays off where a run is long.
-inline constexpr long long kSpecializeElements = 1LL << 26;
+inline constexpr long long kSpecializeElements = 1LL << 24;
 // Rows per batch of those kernels: more loads in flight per thread, which a long scan at full bandwidth
 // needs (H200, corr w=20, 50,000 x 50,000: 8 rows 12.3 ms, 16 rows 11.4 ms); compiled only for big
 // panels, so the longer compile (about twice the body) does not touch the common cold-compile time.
