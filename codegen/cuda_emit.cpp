@@ -83,6 +83,8 @@ private:
     std::vector<RingInfo> rings_;
     std::set<std::pair<int, int>> loads_;  // (input slot, lag) pairs read by the body
     bool guarded_ = false;                 // emitting the pass's first rows (see kernel())
+    bool defer_stores_ = false;            // emitting a batched loop (see store_output())
+    std::vector<std::pair<int, int>> deferred_;  // (output, batch row) stores of this batch
     std::vector<bool> live_;               // instructions whose value an effect needs
     // Integer-valued values (counts, row numbers, 0/1 flags as numbers), kept in 64-bit integers: their
     // arithmetic and comparisons then run on the integer pipes instead of the float64 one, with the same
@@ -557,6 +559,7 @@ private:
         line(0, "#define FJ_NAN __longlong_as_double(0x7ff8000000000000LL)");
         line(0, "#ifndef FJ_PREFETCH_L2");
         line(0, "#define FJ_PREFETCH_L2(a) asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"(a))");
+        line(0, "#define FJ_PREFETCH_L1(a) asm volatile(\"prefetch.global.L1 [%0];\" :: \"l\"(a))");
         line(0, "#endif");
         line(0, "struct fj_params_{} {{", name_);
         for (std::size_t i = 0; i < k_.inputs.size(); ++i) line(1, "const {}* in{};", T_, i);
@@ -623,6 +626,18 @@ private:
         for (std::size_t st = 0; st < k_.states.size(); ++st)
             if (live_sticky[st])
                 unset += fmt::format(" || !(fabs((double)s{}) < {})", st, lit(std::numeric_limits<double>::infinity()));
+        // Those rows wait for each row's loads: ask L1 for all of them first (a tile's first rows, which
+        // short tiles make a large share of the work).
+        if (!loads_.empty()) {
+            line(2, "{{");
+            line(3, "const long long warm_end = min(row_end, max(out_begin, row_begin + {}LL));", max_lag);
+            line(3, "#pragma unroll 1");
+            line(3, "for (long long r = row_begin; r < warm_end; ++r) {{");
+            for (const auto& [slot, lag] : loads_)
+                line(4, "if (r >= {}) FJ_PREFETCH_L1(&in{}[(r - row_begin - {}) * ld_in{}]);", lag, slot, lag, slot);
+            line(3, "}}");
+            line(2, "}}");
+        }
         line(2, "#pragma unroll 1");
         line(2, "for (; t < row_end && (t < out_begin || t < row_begin + {}{}); ++t) {{", max_lag, unset);
         guarded_ = true;
@@ -645,6 +660,8 @@ private:
             line(2, "if (t + {} <= row_end) {{", 2 * U_);
             for (const auto& [key, u_last] : last_use)
                 line(3, "{} {} = {};", T_, load_name(key.first, key.second), load_addr(key.first, key.second));
+            declare_deferred(3);
+            defer_stores_ = true;
             line(3, "#pragma unroll 1");
             line(3, "for (; t + {} <= row_end; t += {}) {{", 2 * U_, U_);
             const int pf = std::max(0, o_.l2_prefetch_rows);
@@ -661,6 +678,8 @@ private:
                     for (int slot : pf_inputs)
                         line(4, "if (pf) FJ_PREFETCH_L2(&{});", load_addr(slot, u + pf));
             }
+            flush_stores(4);
+            defer_stores_ = false;
             advance(4, U_);
             line(3, "}}");
             line(2, "}}");
@@ -770,6 +789,30 @@ private:
         line(ind, "}}");
     }
 
+    // An output of batch row u. In the batched loops the stores wait for the end of the batch: a store
+    // reads its value register late (when the memory pipe takes it), and the next row reusing that
+    // register would stall until then (ncu: the top stall of the corr kernel before this).
+    void store_output(int ind, int u, int slot, const std::string& value) {
+        const std::string at = u == 0 ? std::string("0") : fmt::format("{}LL * ld_out{}", u, slot);
+        if (guarded_) {
+            line(ind, "if ({} >= out_begin) out{}[{}] = {};", row(u), slot, at, value);
+        } else if (defer_stores_) {
+            line(ind, "o{}_{} = {};", slot, u, value);
+            deferred_.push_back({slot, u});
+        } else {
+            line(ind, "out{}[{}] = {};", slot, at, value);
+        }
+    }
+    void flush_stores(int ind) {
+        for (const auto& [slot, u] : deferred_)
+            line(ind, "out{}[{}] = o{}_{};", slot, u == 0 ? std::string("0") : fmt::format("{}LL * ld_out{}", u, slot), slot, u);
+        deferred_.clear();
+    }
+    void declare_deferred(int ind) {
+        for (std::size_t o = 0; o < k_.outputs.size(); ++o)
+            for (int u = 0; u < U_; ++u) line(ind, "{} o{}_{};", T_, o, u);
+    }
+
     // `c ? a - s : 0` with a float32 value a and a finite float-exact sticky state s (the shifted,
     // masked values of window sums) as `(double)(c ? a : (float)s) - s`: the select picks between two
     // float32 registers instead of two float64 ones, and s - s is exactly 0.
@@ -850,8 +893,7 @@ private:
             return;
         }
         if (x.op == Prim::Output && float_available(x.a)) {  // float32 panel: the value is a float already
-            line(ind, "{}out{}[{}] = {};", guarded_ ? fmt::format("if ({} >= out_begin) ", row(u)) : "", x.slot,
-                 u == 0 ? std::string("0") : fmt::format("{}LL * ld_out{}", u, x.slot), float_exact(x.a, u));
+            store_output(ind, u, x.slot, float_exact(x.a, u));
             return;
         }
         if (x.op == Prim::IsNaN && float_available(x.a)) {
@@ -875,8 +917,7 @@ private:
         case Prim::StoreState: line(ind, "s{} = {};", x.slot, v(x.a)); break;
         case Prim::RingPush: line(ind, "{} = {};", ring_at(x.slot, 0), v(x.a)); break;
         case Prim::Output:
-            line(ind, "{}out{}[{}] = ({}){};", guarded_ ? fmt::format("if ({} >= out_begin) ", row(u)) : "", x.slot,
-                 u == 0 ? std::string("0") : fmt::format("{}LL * ld_out{}", u, x.slot), T_, v(x.a));
+            store_output(ind, u, x.slot, fmt::format("({}){}", T_, v(x.a)));
             break;
         case Prim::RingReadDyn: {
             // A lag outside [0, size) (NaN included: the lanes whose RingArgExt found nothing) reads NaN.

@@ -28,6 +28,7 @@
 namespace {
 
 const char* const kShim = R"(// Host stand-ins for what generated CUDA kernels use (fabsf comes from the C library).
+#include <algorithm>
 #include <cmath>
 #include <math.h>
 #include <cstring>
@@ -39,6 +40,8 @@ static inline double __longlong_as_double(long long v) { double d; std::memcpy(&
 static inline long long __double_as_longlong(double d) { long long v; std::memcpy(&v, &d, 8); return v; }
 static inline float __int_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
 #define FJ_PREFETCH_L2(a) ((void)(a))
+#define FJ_PREFETCH_L1(a) ((void)(a))
+using std::min; using std::max;
 static inline int __double2hiint(double d) { long long v; std::memcpy(&v, &d, 8); return (int)(v >> 32); }
 static inline double __drcp_rn(double a) { return 1.0 / a; }
 static inline double rsqrt(double a) { return 1.0 / std::sqrt(a); }
