@@ -83,8 +83,6 @@ private:
     std::vector<RingInfo> rings_;
     std::set<std::pair<int, int>> loads_;  // (input slot, lag) pairs read by the body
     bool guarded_ = false;                 // emitting the pass's first rows (see kernel())
-    bool defer_stores_ = false;            // emitting a batched loop (see store_output())
-    std::vector<std::pair<int, int>> deferred_;  // (output, batch row) stores of this batch
     std::vector<bool> live_;               // instructions whose value an effect needs
     // Integer-valued values (counts, row numbers, 0/1 flags as numbers), kept in 64-bit integers: their
     // arithmetic and comparisons then run on the integer pipes instead of the float64 one, with the same
@@ -660,8 +658,6 @@ private:
             line(2, "if (t + {} <= row_end) {{", 2 * U_);
             for (const auto& [key, u_last] : last_use)
                 line(3, "{} {} = {};", T_, load_name(key.first, key.second), load_addr(key.first, key.second));
-            declare_deferred(3);
-            defer_stores_ = true;
             line(3, "#pragma unroll 1");
             line(3, "for (; t + {} <= row_end; t += {}) {{", 2 * U_, U_);
             const int pf = std::max(0, o_.l2_prefetch_rows);
@@ -678,8 +674,6 @@ private:
                     for (int slot : pf_inputs)
                         line(4, "if (pf) FJ_PREFETCH_L2(&{});", load_addr(slot, u + pf));
             }
-            flush_stores(4);
-            defer_stores_ = false;
             advance(4, U_);
             line(3, "}}");
             line(2, "}}");
@@ -789,28 +783,12 @@ private:
         line(ind, "}}");
     }
 
-    // An output of batch row u. In the batched loops the stores wait for the end of the batch: a store
-    // reads its value register late (when the memory pipe takes it), and the next row reusing that
-    // register would stall until then (ncu: the top stall of the corr kernel before this).
+    // An output of batch row u (stored only from out_begin on in the pass's first rows). Holding a
+    // batch's stores back to its end was tried: more registers, no gain (H200, corr w=20).
     void store_output(int ind, int u, int slot, const std::string& value) {
         const std::string at = u == 0 ? std::string("0") : fmt::format("{}LL * ld_out{}", u, slot);
-        if (guarded_) {
-            line(ind, "if ({} >= out_begin) out{}[{}] = {};", row(u), slot, at, value);
-        } else if (defer_stores_) {
-            line(ind, "o{}_{} = {};", slot, u, value);
-            deferred_.push_back({slot, u});
-        } else {
-            line(ind, "out{}[{}] = {};", slot, at, value);
-        }
-    }
-    void flush_stores(int ind) {
-        for (const auto& [slot, u] : deferred_)
-            line(ind, "out{}[{}] = o{}_{};", slot, u == 0 ? std::string("0") : fmt::format("{}LL * ld_out{}", u, slot), slot, u);
-        deferred_.clear();
-    }
-    void declare_deferred(int ind) {
-        for (std::size_t o = 0; o < k_.outputs.size(); ++o)
-            for (int u = 0; u < U_; ++u) line(ind, "{} o{}_{};", T_, o, u);
+        if (guarded_) line(ind, "if ({} >= out_begin) out{}[{}] = {};", row(u), slot, at, value);
+        else line(ind, "out{}[{}] = {};", slot, at, value);
     }
 
     // `c ? a - s : 0` with a float32 value a and a finite float-exact sticky state s (the shifted,

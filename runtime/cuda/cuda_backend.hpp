@@ -8,7 +8,7 @@
 //                       or ~/.cache/factorjit)
 //   FJ_DUMP_DIR         write every generated CUDA source there (<kernel>-<key hash>.cu)
 //   FJ_CUDA_DEVICE      device ordinal (default 0)
-//   FJ_CUDA_UNROLL      rows per load batch in generated kernels (default 8; 1..16)
+//   FJ_CUDA_UNROLL      rows per load batch in generated kernels (default 4, and 16 for big panels; 1..16)
 //   FJ_CUDA_FMAD        1: let NVRTC contract a*b+c into FMA (default 0: the same IEEE operations as the
 //                       CPU backend, so both backends round identically except in exp/log/pow)
 //   FJ_CUDA_BLOCK       threads per block (default: the occupancy API's choice)
@@ -32,7 +32,9 @@ namespace fj::rt::cuda {
 
 // Code-generation settings that are not in CompileOptions (benchmark knobs), read from the environment.
 struct CudaSettings {
-    int unroll = 8;
+    // Rows per batch of the generic kernels (small panels): short, so that a cold compile stays fast
+    // (NVRTC's time grows with the copies of the body); big panels get kSpecializedUnroll.
+    int unroll = 4;
     bool unroll_given = false;  // FJ_CUDA_UNROLL set: kernels specialised on leading dimensions use it too
     bool fmad = false;
     int reg_ring_max = 16;
