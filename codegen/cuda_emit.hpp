@@ -12,20 +12,30 @@
 // rows only warm the states up (the IR's Output stores nothing before out_begin). States are local
 // doubles; rings are local double arrays with a position counter, except small ones (reg_ring_max),
 // which become shift registers indexed only by constants so that they stay in registers (a read at a
-// run-time lag is then a select per entry). Indexing is 64-bit throughout.
+// run-time lag is then a select per entry). Addresses are 64-bit throughout.
 //
-// Rows run `unroll` at a time: the input values of those rows (every (input, lag) pair the body reads)
-// are loaded first, then the body runs once per row. That keeps several independent loads in flight per
-// thread, which a memory-bound scan needs to reach the bandwidth floor; a remainder loop runs the rest.
-// The rows before the largest input lag run first, one at a time, with loads guarded (NaN before the
-// panel's first row); the batched loop then needs no guard. Bodies of more than 300, 600 or 1500 live
-// instructions batch at most 4, 2 or 1 rows (NVRTC's time grows with the copies of the body).
+// Loops of a pass, in order:
+//   * the pass's first rows (the halo, the largest lag read, and until every sticky state - the shift of
+//     window sums - is set) one at a time with every guard: loads before the panel's first row read NaN,
+//     RowInPass is tested, outputs are stored only from out_begin on. Their loads are first requested
+//     into L1 all at once;
+//   * the batched loop, `unroll` rows per iteration, with no guards: every loaded value is replaced by the
+//     one `unroll` rows later right after its last use (rolling prefetch), and kernels with fixed leading
+//     dimensions also ask L2 for the rows `l2_prefetch_rows` ahead; it stops 2 * unroll rows before the end;
+//   * (fixed leading dimensions only) the last whole batches, loads first;
+//   * the remaining rows one at a time.
+// Bodies of more than 300, 600 or 1500 live instructions batch at most 4, 2 or 1 rows (NVRTC's time grows
+// with the copies of the body).
 //
-// The kernel is bound by instruction issue rather than memory on an H200 (bench/RESULTS.md), so the
-// emitter spends no float64 instruction it can avoid without changing a result: dead values are not
-// emitted; integer-valued values of bounded size (counts, row numbers) are 64-bit integers; comparisons of
-// values that are exactly float32 numbers (float32 inputs, their abs/neg, float-exact constants) are
-// float32 comparisons; NaN tests of float64 values are integer tests of their bits.
+// The loop body is bound by instruction issue and load latency on an H200 (bench/RESULTS.md), so the
+// emitter spends no instruction it can avoid without changing a result: dead values are not emitted;
+// integer-valued values of bounded size (counts, rows since a change) are integers, 32-bit when a pass
+// bounds them; values that are exactly float32 numbers (float32 inputs, float-exact constants, states and
+// selects of those) live in float registers and are compared in float32; selects, mins and maxes that only
+// reach float32 outputs run on rounded values; NaN tests of float64 values are integer tests of their
+// bits; sticky states are loop invariants in the batched loops. With fixed leading dimensions (one kernel
+// per set of them: CudaEmitOptions::strides) every row offset is a constant that loads take as an
+// immediate.
 //
 // Parameter ABI: the kernel takes ONE parameter, a struct of 8-byte words in this order
 //     in[0..ni)    : const T*   input panels, kernel.inputs order (T = float or double)
