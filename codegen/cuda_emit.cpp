@@ -104,6 +104,7 @@ private:
     std::vector<bool> sticky_state_;
     std::vector<int> sticky_of_;           // instruction -> its sticky state: the setting select, or the
                                            // NaN test of the state; -1 for other instructions
+    std::vector<bool> live_sticky_;        // sticky states whose setting select is emitted
     std::vector<bool> reads_state_;        // value depends on a state
 
     template <class... A>
@@ -294,6 +295,9 @@ private:
             sticky_of_[static_cast<std::size_t>(x.a)] = st;
             sticky_of_[static_cast<std::size_t>(test)] = st;
         }
+        live_sticky_.assign(k_.states.size(), false);
+        for (std::size_t i = 0; i < n; ++i)
+            if (live_[i] && k_.body[i].op == Prim::Select && sticky_of_[i] >= 0) live_sticky_[sticky_of_[i]] = true;
     }
 
     // The sticky state whose value instruction i is (its load or its setting select), or -1.
@@ -618,11 +622,8 @@ private:
         for (std::size_t i = 0; i < k_.body.size(); ++i)
             if (live_[i] && k_.body[i].op == Prim::RowInPass) max_lag = std::max(max_lag, k_.body[i].lag);
         std::string unset;  // sticky states not yet set to a finite value
-        std::vector<bool> live_sticky(k_.states.size(), false);
-        for (std::size_t i = 0; i < k_.body.size(); ++i)
-            if (live_[i] && k_.body[i].op == Prim::Select && sticky_of_[i] >= 0) live_sticky[sticky_of_[i]] = true;
         for (std::size_t st = 0; st < k_.states.size(); ++st)
-            if (live_sticky[st])
+            if (live_sticky_[st])
                 unset += fmt::format(" || !(fabs((double)s{}) < {})", st, lit(std::numeric_limits<double>::infinity()));
         // Those rows wait for each row's loads: ask L1 for all of them first (a tile's first rows, which
         // short tiles make a large share of the work).
@@ -646,7 +647,7 @@ private:
         line(2, "}}");
         // From here on sticky states are finite loop invariants; float32 copies of the float-exact ones.
         for (std::size_t st = 0; st < k_.states.size(); ++st)
-            if (live_sticky[st] && state_fexact_[st]) line(2, "const float sf{} = (float)s{};", st, st);
+            if (live_sticky_[st] && state_fexact_[st]) line(2, "const float sf{} = (float)s{};", st, st);
         if (U_ > 1) {
             // Rolling prefetch: each loaded value is replaced by the one U rows later right after its last
             // use, so the loads of the next batch are in flight while this batch computes (the scan is
@@ -801,7 +802,7 @@ private:
         const Inst& sub = k_.body[x.b];
         if (sub.op != Prim::Sub) return false;
         const int st = sticky_value(sub.b);
-        if (st < 0 || !state_fexact_[st]) return false;
+        if (st < 0 || !live_sticky_[st] || !state_fexact_[st]) return false;  // sf<st> exists
         const std::string a = float_exact(sub.a, u);
         if (a.empty()) return false;
         line(ind, "const double v{} = (double)(v{} ? {} : sf{}) - v{};", i, x.a, a, st, sub.b);

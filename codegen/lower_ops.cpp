@@ -456,7 +456,7 @@ V Lowering::moments(const Node* node) {
     case Op::WStd: {
         // var = (n Sxx - Sx^2) / (n (n - 1))
         const bool full = !partial_.count(std::make_pair(node->args[0], node->d));
-        V scale = full ? ir_.constant(1.0 / (static_cast<double>(d) * (d - 1)))  // the same rounding as Recip
+        V scale = full ? ir_.constant(1.0 / (static_cast<double>(d) * (d - 1)))  // correctly rounded
                        : ir_.f(Prim::Recip, ir_.mul(g.n, ir_.sub(g.n, ir_.constant(1))));
         V var = ir_.mul(ir_.select(ir_.lt(zero, g.m2n), g.m2n, zero), scale);
         var = ir_.select(g.is_const, zero, ir_.select(any_inf, nan, var));
@@ -526,7 +526,7 @@ V Lowering::pair_moments(const Node* node) {
     if (!g.full) enough = ir_.land(enough, ir_.b(Prim::CmpEQ, g.infinities, zero));
     if (node->op == Op::WCov) {  // (n Sxy - Sx Sy) / (n (n - 1))
         const double d = node->d;
-        V scale = g.full ? ir_.constant(1.0 / (d * (d - 1)))  // the same rounding as Recip
+        V scale = g.full ? ir_.constant(1.0 / (d * (d - 1)))  // correctly rounded
                          : ir_.f(Prim::Recip, ir_.mul(g.n, ir_.sub(g.n, ir_.constant(1))));
         return ir_.select(enough, ir_.mul(g.cxy, scale), nan);
     }
