@@ -326,20 +326,26 @@ private:
         if (o_.dtype != DType::F32) return;
         for (std::size_t st = 0; st < k_.states.size(); ++st)
             float_state_[st] = !int_state_[st] && float_repr(k_.states[st].init);
+        // Whether value i is a float32 number, given its operands' answers `e` and the states' (in order).
+        auto exact = [&](std::size_t i, const std::vector<bool>& e) {
+            const Inst& x = k_.body[i];
+            if (x.type != Type::F64 || is_int_[i]) return false;
+            switch (x.op) {
+            case Prim::Input: return true;
+            case Prim::Const: return float_repr(x.imm);
+            case Prim::Abs: case Prim::Neg: return static_cast<bool>(e[x.a]);
+            case Prim::Select: return e[x.b] && e[x.c];
+            case Prim::LoadState: return static_cast<bool>(float_state_[x.slot]);
+            default: return false;
+            }
+        };
         // Which states only ever hold float32 numbers: every store is one, given the others.
         for (bool changed = true; changed;) {
             changed = false;
             std::vector<bool> e(n, false);
             for (std::size_t i = 0; i < n; ++i) {
                 const Inst& x = k_.body[i];
-                if (x.type == Type::F64 && !is_int_[i]) switch (x.op) {
-                    case Prim::Input: e[i] = true; break;
-                    case Prim::Const: e[i] = float_repr(x.imm); break;
-                    case Prim::Abs: case Prim::Neg: e[i] = e[x.a]; break;
-                    case Prim::Select: e[i] = e[x.b] && e[x.c]; break;
-                    case Prim::LoadState: e[i] = float_state_[x.slot]; break;
-                    default: break;
-                    }
+                e[i] = exact(i, e);
                 if (x.op == Prim::StoreState && float_state_[x.slot] && !e[x.a]) {
                     float_state_[x.slot] = false;
                     changed = true;
@@ -352,15 +358,7 @@ private:
             changed = false;
             for (std::size_t i = 0; i < n; ++i) {
                 const Inst& x = k_.body[i];
-                bool e = false;
-                if (x.type == Type::F64 && !is_int_[i]) switch (x.op) {
-                    case Prim::Input: e = true; break;
-                    case Prim::Const: e = float_repr(x.imm); break;
-                    case Prim::Abs: case Prim::Neg: e = fexact_[x.a]; break;
-                    case Prim::Select: e = fexact_[x.b] && fexact_[x.c]; break;
-                    case Prim::LoadState: e = float_state_[x.slot]; break;
-                    default: break;
-                    }
+                const bool e = exact(i, fexact_);
                 fexact_[i] = e;
                 fmat_[i] = e && live_[i] &&
                            (x.op == Prim::LoadState ||
