@@ -100,14 +100,7 @@ int cmd_compile(const std::vector<std::string>& argv) {
     cu::parse_arch(arch, &major, &minor);  // throws on a malformed arch
     if (arch.rfind("sm_", 0) != 0) throw UsageError("--arch must be sm_XY (a cubin target), not '" + arch + "'", "compile");
 
-    std::vector<std::pair<std::string, fj::Expr>> named;
-    for (std::size_t k = 0; k < texts.size(); ++k) {
-        try {
-            named.emplace_back("out" + std::to_string(k), fj::parse(texts[k], parse_options));
-        } catch (const fj::ExprError& e) {
-            throw fj::ExprError(fmt::format("bad expression -e '{}': {}", texts[k], e.what()));
-        }
-    }
+    const std::vector<std::pair<std::string, fj::Expr>> named = numbered_outputs(texts, parse_options);
     const fj::codegen::Plan plan = fj::codegen::make_plan(named, dtype);
     std::vector<const fj::ir::Kernel*> kernels;
     for (const auto& r : plan.regions) kernels.push_back(&r.kernel);

@@ -163,13 +163,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
 
     // Expressions.
     std::vector<fj::Expr> exprs;
-    for (const std::string& text : a.exprs) {
-        try {
-            exprs.push_back(fj::parse(text, a.parse));
-        } catch (const fj::ExprError& e) {
-            throw fj::ExprError(fmt::format("bad expression -e '{}': {}", text, e.what()));
-        }
-    }
+    for (const std::string& text : a.exprs) exprs.push_back(parse_expr_arg(text, a.parse));
 
     // Inputs the expressions read, in the order the command line gives them.
     std::vector<const InputArg*> used;

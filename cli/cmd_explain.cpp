@@ -51,14 +51,7 @@ int cmd_explain(const std::vector<std::string>& argv) {
     }
     if (texts.empty()) throw UsageError("explain needs at least one -e EXPR", "explain");
 
-    std::vector<std::pair<std::string, fj::Expr>> named;
-    for (std::size_t k = 0; k < texts.size(); ++k) {
-        try {
-            named.emplace_back("out" + std::to_string(k), fj::parse(texts[k], parse_options));
-        } catch (const fj::ExprError& e) {
-            throw fj::ExprError(fmt::format("bad expression -e '{}': {}", texts[k], e.what()));
-        }
-    }
+    const std::vector<std::pair<std::string, fj::Expr>> named = numbered_outputs(texts, parse_options);
     const fj::Program program = fj::compile(named, options);
     std::string text = program.explain();
     if (!text.empty() && text.back() != '\n') text.push_back('\n');

@@ -11,8 +11,10 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "dsl/parse.hpp"
 #include "runtime/program.hpp"
 
 namespace fj::cli {
@@ -98,6 +100,23 @@ inline int parse_threads(const std::string& s, const std::string& command) {
     if (ec != std::errc() || end != s.data() + s.size() || n < 0)
         throw UsageError("--threads needs a whole number >= 0 (0: all cores), not '" + s + "'", command);
     return n;
+}
+
+// An expression given with -e, parsed; a failure names the text it came from.
+inline fj::Expr parse_expr_arg(const std::string& text, const fj::ParseOptions& options) {
+    try {
+        return fj::parse(text, options);
+    } catch (const fj::ExprError& e) {
+        throw fj::ExprError("bad expression -e '" + text + "': " + e.what());
+    }
+}
+
+// The -e expressions of explain and compile as outputs out0, out1, ...
+inline std::vector<std::pair<std::string, fj::Expr>> numbered_outputs(const std::vector<std::string>& texts,
+                                                                     const fj::ParseOptions& options) {
+    std::vector<std::pair<std::string, fj::Expr>> named;
+    for (std::size_t k = 0; k < texts.size(); ++k) named.emplace_back("out" + std::to_string(k), parse_expr_arg(texts[k], options));
+    return named;
 }
 
 }  // namespace fj::cli
