@@ -14,13 +14,13 @@ timeout 240 ncu --clock-control none --section WarpStateStats --section SourceCo
   -k regex:fj_corr --launch-skip 1 --launch-count 1 -o "$LOG/stalls" build-gpu/bench_gpu --profile > "$LOG/stalls_ncu.log" 2>&1
 tail -3 "$LOG/stalls_ncu.log"
 ncu -i "$LOG/stalls.ncu-rep" --page source --csv --print-source sass > "$LOG/stalls_source.csv" 2> "$LOG/stalls_source.err"
-head -c 600 "$LOG/stalls_source.csv"; echo
 python3 - "$LOG/stalls_source.csv" "$N" <<'PY'
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1])))
-if not rows: sys.exit("no rows")
-hdr = rows[0]
-print("columns:", hdr[:40])
+# ncu writes a "Kernel Name" line first; the header is the first row that names the Source column.
+start = next((i for i, r in enumerate(rows) if "Source" in r), None)
+if start is None: sys.exit("no header row with a Source column")
+hdr, rows = rows[start], rows[start:]
 def col(name):
     for i, h in enumerate(hdr):
         if h.strip().lower() == name.lower(): return i
@@ -30,11 +30,13 @@ for cand in ("Warp Stall Sampling (All Samples)", "Warp Stall Sampling (All Cycl
     tot = col(cand)
     if tot is not None: break
 if tot is None: sys.exit("no stall column")
-stall_cols = [i for i, h in enumerate(hdr) if h.startswith("stall_") or "Stall" in h]
+lsb = col("stall_long_sb")
 body = [r for r in rows[1:] if len(r) > tot and r[tot].replace(',', '').replace('.', '').isdigit()]
 body.sort(key=lambda r: -float(r[tot].replace(',', '')))
 total = sum(float(r[tot].replace(',', '')) for r in body)
 print(f"total samples {total:.0f}")
+num = lambda x: float(x.replace(',', '') or 0)
+print("samples  long-scoreboard  address  instruction")
 for r in body[:int(sys.argv[2])]:
-    print(f"{float(r[tot].replace(',', '')):8.0f}  {r[src][:90]}")
+    print(f"{num(r[tot]):8.0f}  {num(r[lsb]) if lsb is not None else 0:8.0f}  {r[0][-6:]}  {r[src][:90]}")
 PY

@@ -5,8 +5,6 @@
 #include <utility>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "cli/commands.hpp"
 #include "factorjit.hpp"
 

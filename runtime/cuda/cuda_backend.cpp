@@ -311,6 +311,7 @@ private:
     std::vector<LaunchShape> shapes_;
     std::int64_t shape_rows_ = -1, shape_cols_ = -1;
     std::vector<CUfunction> shape_fn_;  // the kernel each shape was chosen for
+    std::vector<const LoadedKernel*> run_kernels_;  // this run's kernels, from update_shapes
     Specializer specialize_;
     // The kernel a run launches: specialised on the leading dimensions for big panels.
     const LoadedKernel& kernel_for_run(std::size_t i, std::int64_t rows, std::int64_t cols);
@@ -333,11 +334,15 @@ const LoadedKernel& CudaExecutable::kernel_for_run(std::size_t i, std::int64_t r
 }
 
 void CudaExecutable::update_shapes(std::int64_t rows, std::int64_t cols) {
+    run_kernels_.resize(kernels_.size());
     bool same = rows == shape_rows_ && cols == shape_cols_;
-    for (std::size_t i = 0; i < kernels_.size(); ++i) same = same && shape_fn_[i] == kernel_for_run(i, rows, cols).fn;
+    for (std::size_t i = 0; i < kernels_.size(); ++i) {  // once per kernel and run
+        run_kernels_[i] = &kernel_for_run(i, rows, cols);
+        same = same && shape_fn_[i] == run_kernels_[i]->fn;
+    }
     if (same) return;
     for (std::size_t i = 0; i < kernels_.size(); ++i) {
-        const LoadedKernel& lk = kernel_for_run(i, rows, cols);
+        const LoadedKernel& lk = *run_kernels_[i];
         shape_fn_[i] = lk.fn;
         LaunchInput li;
         li.rows = rows;
