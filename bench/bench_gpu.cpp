@@ -371,12 +371,16 @@ int j3_child() {
 
 }  // namespace
 
-// For ncu: corr w=20 on 10,000 x 10,000 float32, three runs.
+// For ncu: corr w=20 on 10,000 x 10,000 float32 (FJ_PROFILE_ROWS, FJ_PROFILE_COLS), three runs.
 int profile_child() {
     std::string why;
     if (!fj::rt::cuda_backend(&why)) return 1;
     cu::make_current(*cu::device());
-    const long long T = 10000, N = 10000;
+    auto env_or = [](const char* name, long long dflt) {
+        const char* v = std::getenv(name);
+        return v && *v ? std::atoll(v) : dflt;
+    };
+    const long long T = env_or("FJ_PROFILE_ROWS", 10000), N = env_or("FJ_PROFILE_COLS", 10000);
     DevBuf a(T * N * 4), b(T * N * 4), out(T * N * 4);
     generate(a.p, b.p, T, N, 3);
     fj::CompileOptions o;

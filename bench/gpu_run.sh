@@ -85,7 +85,7 @@ if [ $PROFILE = 1 ]; then
   for u in 1 0; do
     cub="$BUILD/corr_u$u.cubin"
     if [ $u = 0 ]; then unset FJ_CUDA_UNROLL; else export FJ_CUDA_UNROLL=$u; fi
-    "$BUILD/factorjit" compile -e "corr(window(A,20), window(B,20))" --cubin "$cub" | head -1
+    "$BUILD/factorjit" compile -e "corr(window(A,20), window(B,20))" --ld 10000 --cubin "$cub" | head -1
     cuobjdump -sass "$cub" > "$cub.sass" 2>&1 || true
     cp "$cub.sass" "$LOG/" 2>/dev/null
     awk '/\/\*[0-9a-f]+\*\// { for (i = 1; i <= NF; i++) if ($i !~ /^\/\*/ && $i !~ /^@/) { split($i, o, "."); c[o[1]]++; break } }
@@ -99,6 +99,18 @@ if [ $PROFILE = 1 ]; then
     --metrics smsp__pcsamp_warps_issue_stalled_long_scoreboard,smsp__pcsamp_warps_issue_stalled_lg_throttle,smsp__pcsamp_warps_issue_stalled_mio_throttle,smsp__pcsamp_warps_issue_stalled_math_pipe_throttle,smsp__pcsamp_warps_issue_stalled_wait,smsp__pcsamp_warps_issue_stalled_short_scoreboard,smsp__pcsamp_warps_issue_stalled_not_selected,smsp__pcsamp_warps_issue_stalled_selected,smsp__pcsamp_warps_issue_stalled_dispatch_stall,smsp__pcsamp_warps_issue_stalled_drain,smsp__pcsamp_warps_issue_stalled_no_instructions,smsp__pcsamp_warps_issue_stalled_branch_resolving,smsp__pcsamp_warps_issue_stalled_tex_throttle,smsp__pcsamp_warps_issue_stalled_membar,smsp__pcsamp_warps_issue_stalled_imc_miss \
     --section LaunchStats -k regex:fj_corr --launch-skip 1 --launch-count 1 "$BUILD/bench_gpu" --profile > "$LOG/ncu.log" 2>&1
   grep -E "Duration|Throughput|Pipe|Occupancy|Registers|Block Size|Grid Size|Warp Cycles|Issued|Executed Ipc|FP64|fp64|Waves|Stall|Eligible|Active Warps|No Eligible|One or More|pcsamp" "$LOG/ncu.log" | head -80
+  echo "== ncu pipe utilisation (same kernel): which unit bounds the loop"
+  PIPES=""
+  for m in fp64 alu fma fmaheavy fmalite lsu xu adu cbu uniform; do
+    PIPES="$PIPES,sm__inst_executed_pipe_$m.avg.pct_of_peak_sustained_active"
+  done
+  PIPES="$PIPES,sm__pipe_fp64_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active"
+  PIPES="$PIPES,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_shared_cycles_active.avg.pct_of_peak_sustained_active"
+  PIPES="$PIPES,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,l1tex__throughput.avg.pct_of_peak_sustained_active"
+  PIPES="$PIPES,lts__t_sector_hit_rate.pct,dram__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__t_sector_hit_rate.pct"
+  timeout 120 ncu --clock-control none --metrics "${PIPES#,}" -k regex:fj_corr --launch-skip 1 --launch-count 1 \
+    "$BUILD/bench_gpu" --profile > "$LOG/ncu_pipes.log" 2>&1
+  grep -E "__|pct" "$LOG/ncu_pipes.log" | head -40
 fi
 
 if [ $PEERS = 1 ] && [ -f .carry/rolling_corr_peers.py ]; then

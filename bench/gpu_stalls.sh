@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Where the headline kernel's warps stall, per SASS instruction (one visit to the GPU machine, after
 # bench/gpu_run.sh has built build-gpu/): ncu samples corr w=20 on 10,000 x 10,000 float32 (the kernel big
-# panels get), then the instructions with the most stall samples are printed with their stall reasons.
+# panels get; FJ_PROFILE_ROWS / FJ_PROFILE_COLS set another shape), then the instructions with the most
+# stall samples are printed with their stall reasons.
 #   bench/gpu_stalls.sh [N]   (N: how many instructions to list, default 40)
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -16,9 +16,10 @@
 //
 // Loops of a pass, in order:
 //   * the pass's first rows (the halo, the largest lag read, and until every sticky state - the shift of
-//     window sums - is set) one at a time with every guard: loads before the panel's first row read NaN,
-//     RowInPass is tested, outputs are stored only from out_begin on. Their loads are first requested
-//     into L1 all at once;
+//     window sums - is set) with every guard: loads before the panel's first row read NaN, RowInPass is
+//     tested, outputs are stored only from out_begin on. Kernels with fixed leading dimensions run them
+//     in batches of `unroll` rows (loads first) as far as whole batches go, then one at a time; the others
+//     one at a time, after requesting all their loads into L1;
 //   * the batched loop, `unroll` rows per iteration, with no guards: every loaded value is replaced by the
 //     one `unroll` rows later right after its last use (rolling prefetch), and kernels with fixed leading
 //     dimensions also ask L2 for the rows `l2_prefetch_rows` ahead; it stops 2 * unroll rows before the end;
@@ -56,7 +57,7 @@
 namespace fj::codegen {
 
 // Bump whenever the generated code changes for the same IR: it is part of every cache key.
-inline constexpr int kCudaCodegenVersion = 5;
+inline constexpr int kCudaCodegenVersion = 6;
 
 // The longest time tile a launch may use (launch_config caps it): states then live for at most this
 // many rows plus the halo, which bounds counters enough to keep them in 32-bit registers.

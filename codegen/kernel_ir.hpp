@@ -46,7 +46,8 @@ enum class Type : std::uint8_t { F64, Bool, Void };
     X(Add) X(Sub) X(Mul) X(Div) X(Neg) X(Abs) X(Sqrt) X(Exp) X(Log) X(Pow)                                \
     X(Floor)                                                                                              \
     /* Recip = 1/a, RSqrt = 1/sqrt(a), each within 4 ulp (backends may refine a hardware estimate); */   \
-    /* for a = 0, inf or NaN the result is unspecified (NaN allowed): lowering masks those cases. */      \
+    /* for a = 0, inf or NaN the result is unspecified (NaN allowed): lowering masks those cases; in */   \
+    /* float32 kernels also for subnormal a (float32 data's window moments are far above that range). */ \
     X(Recip) X(RSqrt)                                                                                     \
     X(Fma)          /* a * b + c rounded once (exact products for double-double sums) */                  \
     /* the smaller / larger of a and b; which one when either is NaN is unspecified (lowering masks it) */ \

@@ -41,6 +41,11 @@ static inline long long __double_as_longlong(double d) { long long v; std::memcp
 static inline float __int_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
 #define FJ_PREFETCH_L2(a) ((void)(a))
 #define FJ_PREFETCH_L1(a) ((void)(a))
+#define __device__
+#define __forceinline__ inline
+// The hardware estimate (relative error below 2^-22) as a float32 rounding of the exact value, so that the
+// refinement after it is what makes results right.
+#define FJ_RSQRT_ESTIMATE(y, a) ((y) = (double)(float)(1.0 / std::sqrt(a)))
 using std::min; using std::max;
 static inline int __double2hiint(double d) { long long v; std::memcpy(&v, &d, 8); return (int)(v >> 32); }
 static inline double __drcp_rn(double a) { return 1.0 / a; }
