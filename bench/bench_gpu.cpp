@@ -311,6 +311,27 @@ void setenv_or_unset(const char* name, const std::string& v) {
     else ::setenv(name, v.c_str(), 1);
 }
 
+// Benchmark settings as "key=value,key=value" (keys: unroll fmad block smem stages pf tile w): the
+// FJ_CUDA_* variables of the keys given are set, the others unset (library defaults).
+std::map<std::string, std::string> parse_setting(const std::string& item) {
+    std::map<std::string, std::string> kv;
+    std::istringstream fields(item);
+    for (std::string f; std::getline(fields, f, ',');) {
+        const auto eq = f.find('=');
+        if (eq != std::string::npos) kv[f.substr(0, eq)] = f.substr(eq + 1);
+    }
+    return kv;
+}
+void apply_setting(const std::map<std::string, std::string>& kv) {
+    static const std::map<std::string, const char*> vars = {{"unroll", "FJ_CUDA_UNROLL"}, {"fmad", "FJ_CUDA_FMAD"},
+                                                            {"block", "FJ_CUDA_BLOCK"},   {"smem", "FJ_CUDA_SMEM"},
+                                                            {"stages", "FJ_CUDA_STAGES"}, {"pf", "FJ_CUDA_PREFETCH"}};
+    for (const auto& [key, var] : vars) {
+        auto it = kv.find(key);
+        setenv_or_unset(var, it == kv.end() ? std::string() : it->second);
+    }
+}
+
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
 // The launch line of explain() ("grid ... tile(s) of ... rows") and the kernel line's registers.
@@ -416,6 +437,7 @@ int main(int argc, char** argv) {
         const long long T = quick ? 20000 : 50000, N = quick ? 20000 : 50000;
         const std::size_t bytes = static_cast<std::size_t>(T * N) * 4;
         double bw = 0;
+        std::string best_g1_setting = "default";  // the G1 variant G4 and G5 run with
         {
             DevBuf a(bytes), b(bytes), out(bytes);
             auto t0 = Clock::now();
@@ -430,30 +452,23 @@ int main(int argc, char** argv) {
                                                          {"B", fj::Panel::device(b.p, T, N, N, fj::DType::F32)}};
             const std::map<std::string, fj::Panel> outs = {{"c", fj::Panel::device(out.p, T, N, N, fj::DType::F32)}};
 
-            // Variant sweep on the headline case.
-            struct Variant {
-                std::string unroll, fmad, block;
-            };
-            std::vector<Variant> variants = {{"", "", ""}, {"4", "0", ""}, {"16", "0", ""}, {"", "1", ""}, {"", "0", "256"}};
-            if (const char* v = std::getenv("FJ_BENCH_VARIANTS"); v && std::string(v) == "0") variants = {{"", "", ""}};
+            // Variant sweep on the headline case ("default" is the library's defaults).
+            std::vector<std::string> variants = {"default", "stages=0", "stages=3", "stages=3,unroll=4", "fmad=1",
+                                                 "block=256"};
+            if (const char* v = std::getenv("FJ_BENCH_VARIANTS"); v && std::string(v) == "0") variants = {"default"};
             double best = 1e30;
-            Variant best_v;
-            for (const Variant& v : variants) {
-                setenv_or_unset("FJ_CUDA_UNROLL", v.unroll);
-                setenv_or_unset("FJ_CUDA_FMAD", v.fmad);
-                setenv_or_unset("FJ_CUDA_BLOCK", v.block);
+            std::string best_v = "default";
+            for (const std::string& v : variants) {
+                apply_setting(parse_setting(v));
                 fj::Program p = fj::compile({{"c", corr_w(20)}}, cuda);
                 const Timing t = time_run(p, in, outs, 5);
-                std::printf("  G1 variant unroll=%s fmad=%s block=%s: %.3f ms (wall %.3f), x%.2f floor; %s\n",
-                            v.unroll.c_str(), v.fmad.c_str(), v.block.empty() ? "occ" : v.block.c_str(), t.event_ms,
-                            t.wall_ms, t.event_ms / floor, launch_summary(p).c_str());
+                std::printf("  G1 variant %s: %.3f ms (wall %.3f), x%.2f floor; %s  [smi %s]\n", v.c_str(), t.event_ms,
+                            t.wall_ms, t.event_ms / floor, launch_summary(p).c_str(), t.smi.c_str());
                 if (t.event_ms < best) best = t.event_ms, best_v = v;
             }
-            setenv_or_unset("FJ_CUDA_UNROLL", best_v.unroll);
-            setenv_or_unset("FJ_CUDA_FMAD", best_v.fmad);
-            setenv_or_unset("FJ_CUDA_BLOCK", best_v.block);
-            std::printf("best variant: unroll=%s fmad=%s block=%s\n", best_v.unroll.c_str(), best_v.fmad.c_str(),
-                        best_v.block.c_str());
+            apply_setting(parse_setting(best_v));
+            std::printf("best variant: %s (kept for the G1 tiles, G4 and G5 below)\n", best_v.c_str());
+            best_g1_setting = best_v;
             // Tile lengths on the best variant.
             double g1 = 1e30;
             std::string g1_note;
@@ -468,9 +483,8 @@ int main(int argc, char** argv) {
                     const Check c = check_corr(a.p, b.p, out.p, T, N, 20);
                     std::printf("  G1 check vs float64 two-pass (6 columns incl. the last): max |err| %.2e, rel frob %.2e, NaN mismatches %lld\n",
                                 c.max_abs, c.rel_frob, c.nan_mismatch);
-                    g1_note = fmt::format("auto tiles; rel err {:.1e}, NaN mismatches {}; unroll {} fmad {} block {}",
-                                          c.rel_frob, c.nan_mismatch, best_v.unroll, best_v.fmad,
-                                          best_v.block.empty() ? "occ" : best_v.block);
+                    g1_note = fmt::format("auto tiles; rel err {:.1e}, NaN mismatches {}; settings: {}", c.rel_frob,
+                                          c.nan_mismatch, best_v);
                     g1 = t.event_ms;
                     g_rows.push_back({"G1", fmt::format("corr w=20, {}x{} f32, device", T, N), t.event_ms, floor, g1_note, t.smi});
                 }
@@ -480,17 +494,8 @@ int main(int argc, char** argv) {
             if (const char* sw = std::getenv("FJ_BENCH_SWEEP")) {
                 std::istringstream items(sw);
                 for (std::string item; items >> item;) {
-                    std::map<std::string, std::string> kv;
-                    std::istringstream fields(item);
-                    for (std::string f; std::getline(fields, f, ',');) {
-                        const auto eq = f.find('=');
-                        if (eq != std::string::npos) kv[f.substr(0, eq)] = f.substr(eq + 1);
-                    }
-                    const char* keep_u = std::getenv("FJ_CUDA_UNROLL");
-                    const std::string saved_u = keep_u ? keep_u : "";
-                    setenv_or_unset("FJ_CUDA_UNROLL", kv.count("unroll") ? kv["unroll"] : saved_u);
-                    setenv_or_unset("FJ_CUDA_BLOCK", kv["block"]);
-                    setenv_or_unset("FJ_CUDA_SMEM", kv["smem"]);
+                    std::map<std::string, std::string> kv = parse_setting(item);
+                    apply_setting(kv);
                     fj::CompileOptions o = cuda;
                     o.tile_rows = kv.count("tile") ? std::stoll(kv["tile"]) : 0;
                     const int w = kv.count("w") ? std::stoi(kv["w"]) : 20;
@@ -498,10 +503,8 @@ int main(int argc, char** argv) {
                     const Timing t = time_run(p, in, outs, 5);
                     std::printf("  sweep %s: %.3f ms; %s  [smi %s]\n", item.c_str(), t.event_ms, launch_summary(p).c_str(),
                                 t.smi.c_str());
-                    setenv_or_unset("FJ_CUDA_UNROLL", saved_u);
-                    setenv_or_unset("FJ_CUDA_BLOCK", "");
-                    setenv_or_unset("FJ_CUDA_SMEM", "");
                 }
+                apply_setting(parse_setting(best_v));
             }
             {
                 fj::Program p = fj::compile({{"c", corr_w(250)}}, cuda);
@@ -528,19 +531,24 @@ int main(int argc, char** argv) {
             double best = 1e30;
             long long best_tile = 0;
             std::string best_smi, best_launch;
-            const std::string g1_unroll = std::getenv("FJ_CUDA_UNROLL") ? std::getenv("FJ_CUDA_UNROLL") : "";
-            for (const char* unroll : {"", "4"})
+            // The G1 settings (best variant), then other staging depths.
+            std::vector<std::string> g5_settings = {""};
+            if (const char* v = std::getenv("FJ_BENCH_VARIANTS"); !v || std::string(v) != "0")
+                g5_settings = {"", "stages=0", "stages=3", "stages=3,unroll=4"};
+            const std::map<std::string, std::string> g1_setting = parse_setting(best_g1_setting);
+            for (const std::string& extra : g5_settings)
             for (long long tile : {0LL, 96LL, 160LL, 256LL}) {
-                const std::string u = *unroll ? unroll : g1_unroll;
-                setenv_or_unset("FJ_CUDA_UNROLL", u);
+                std::map<std::string, std::string> kv = g1_setting;
+                for (const auto& [key, value] : parse_setting(extra)) kv[key] = value;
+                apply_setting(kv);
+                const std::string u = extra.empty() ? best_g1_setting : extra;
                 fj::CompileOptions o = cuda;
                 o.tile_rows = tile;
                 fj::Program p = fj::compile({{"c", corr_w(20)}}, o);
                 const Timing t = time_run(p, in, outs, 21, 3);
-                std::printf("  G5 unroll=%s tile_rows=%lld: %.4f ms (wall %.4f), %.0f%% of copy bandwidth; %s\n",
-                            u.empty() ? "default" : u.c_str(), tile, t.event_ms, t.wall_ms, 100.0 * floor / t.event_ms,
+                std::printf("  G5 %s tile_rows=%lld: %.4f ms (wall %.4f), %.0f%% of copy bandwidth; %s\n", u.c_str(), tile, t.event_ms, t.wall_ms, 100.0 * floor / t.event_ms,
                             launch_summary(p).c_str());
-                if (tile == 0 && !*unroll) {
+                if (tile == 0 && extra.empty()) {
                     const Check c = check_corr(a.p, b.p, out.p, t5, n5, 20);
                     g_rows.push_back({"G5", "corr w=20, 5000x4000 f32, device, auto tiles", t.event_ms, floor,
                                       fmt::format("{:.0f}% of copy bw (target >= 60%); rel err {:.1e}, NaN mism. {}",
@@ -549,15 +557,15 @@ int main(int argc, char** argv) {
                 }
                 if (t.event_ms < best)
                     best = t.event_ms, best_tile = tile, best_smi = t.smi,
-                    best_launch = "unroll " + (u.empty() ? std::string("default") : u) + ", " + launch_summary(p);
+                    best_launch = u + ", " + launch_summary(p);
             }
-            setenv_or_unset("FJ_CUDA_UNROLL", g1_unroll);
-            g_rows.push_back({"G5*", fmt::format("same, best of unroll x tile_rows (tile {})", best_tile), best, floor,
+            apply_setting({});
+            g_rows.push_back({"G5*", fmt::format("same, best of settings x tile_rows (tile {})", best_tile), best, floor,
                               fmt::format("{:.0f}% of copy bw; {}", 100.0 * floor / best, best_launch), best_smi});
         }
 
         // ---------------- J1: cold compile per kernel (default settings from here on) ----------------
-        for (const char* v : {"FJ_CUDA_UNROLL", "FJ_CUDA_FMAD", "FJ_CUDA_BLOCK"}) ::unsetenv(v);
+        apply_setting({});
         {
             const fj::Expr A = fj::input("A"), B = fj::input("B");
             std::vector<std::pair<std::string, fj::Expr>> js = {

@@ -128,13 +128,15 @@ int cmd_compile(const std::vector<std::string>& argv) {
         std::printf("kernel %s (%s, %s): NVRTC %.1f ms, %s, %s bytes local, cubin %zu bytes\n", k.function.c_str(),
                     std::string(fj::dtype_name(dtype)).c_str(), arch.c_str(), k.compile_ms, regs.c_str(),
                     k.stack_bytes >= 0 ? std::to_string(k.stack_bytes).c_str() : "?", k.entry.image.size());
+        std::printf("  %d row(s) per batch%s\n", k.emitted.unroll,
+                    k.smem_per_thread ? fmt::format(", loads staged in shared memory ({} batches, {} bytes per thread)",
+                                                    k.emitted.async_stages, k.smem_per_thread).c_str()
+                                      : "");
         if (!k.log.empty()) std::printf("  NVRTC log:\n%s\n", k.log.c_str());
         if (!k.dump_path.empty()) std::printf("  source: %s\n", k.dump_path.c_str());
     }
-    std::printf("compiled %zu kernel(s) in %.1f ms (NVRTC %d.%d, %s, unroll %d%s)\n", done.size(), wall,
-                nvrtc->version / 1000, nvrtc->version % 1000 / 10, nvrtc->library.c_str(),
-                fixed_ld > 0 ? cu::specialised_settings(settings).unroll : settings.unroll,
-                settings.fmad ? ", fmad" : "");
+    std::printf("compiled %zu kernel(s) in %.1f ms (NVRTC %d.%d, %s%s)\n", done.size(), wall, nvrtc->version / 1000,
+                nvrtc->version % 1000 / 10, nvrtc->library.c_str(), settings.fmad ? ", fmad" : "");
     for (std::size_t i = 0; i < done.size() && !cubin_path.empty(); ++i) {
         const std::string path = i == 0 ? cubin_path : cubin_path + "." + std::to_string(i);
         std::ofstream f(path, std::ios::binary | std::ios::trunc);

@@ -106,6 +106,10 @@ private:
                                            // NaN test of the state; -1 for other instructions
     std::vector<bool> live_sticky_;        // sticky states whose setting select is emitted
     std::vector<bool> reads_state_;        // value depends on a state
+    // The batched loop's loads through shared memory (CudaEmitOptions::async_stages), see async_plan().
+    int stages_ = 0;                       // 0: register prefetch instead
+    std::vector<std::pair<int, int>> staged_;  // (input, row offset in a batch), in stage order
+    int stage_stride_ = 0;                 // elements of shared memory per thread
 
     template <class... A>
     void line(int indent, fmt::format_string<A...> f, A&&... a) {
@@ -228,6 +232,36 @@ private:
         float_values();
         narrow_values();
         sticky_states();
+        async_plan();
+    }
+
+public:
+    int shared_bytes_per_thread() const {
+        return stage_stride_ * static_cast<int>(o_.dtype == DType::F32 ? sizeof(float) : sizeof(double));
+    }
+
+private:
+    // Kernels with fixed leading dimensions can stage the batched loop's loads in shared memory with
+    // cp.async, `stages` batches deep. With loads into registers (a rolling prefetch), ptxas sinks the
+    // next batch's loads to the end of the loop, where the moves at the back edge wait for them: the
+    // whole memory latency once per batch (half the stall samples of corr w=20 on the H200). An async
+    // copy ties no register, so the copy of batch k + stages - 1 is in flight while batch k computes.
+    // Each thread owns a slice of stage_stride_ elements (odd, so a warp's accesses hit 32 different
+    // banks) and reads only what it copied: no barrier between threads.
+    void async_plan() {
+        if (o_.strides.empty() || o_.async_stages < 2 || U_ < 2 || loads_.empty()) return;
+        std::set<std::pair<int, int>> seen;
+        for (int u = 0; u < U_; ++u)
+            for (const auto& [slot, lag] : loads_)
+                if (seen.insert({slot, u - lag}).second) staged_.push_back({slot, u - lag});
+        const int stride = (o_.async_stages * static_cast<int>(staged_.size())) | 1;
+        const int bytes = stride * static_cast<int>(o_.dtype == DType::F32 ? sizeof(float) : sizeof(double));
+        if (bytes > kCudaMaxStageBytesPerThread) {  // too few threads would fit an SM: registers instead
+            staged_.clear();
+            return;
+        }
+        stages_ = o_.async_stages;
+        stage_stride_ = stride;
     }
 
     // Float32 panels: selects, mins and maxes whose results only reach outputs (through more of the
@@ -569,6 +603,15 @@ private:
         line(0, "#define FJ_PREFETCH_L2(a) asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"(a))");
         line(0, "#define FJ_PREFETCH_L1(a) asm volatile(\"prefetch.global.L1 [%0];\" :: \"l\"(a))");
         line(0, "#endif");
+        if (stages_ > 0) {
+            line(0, "#ifndef FJ_CP_ASYNC");
+            line(0, "#define FJ_SMEM_DECL extern __shared__ __align__(16) unsigned char fj_smem[]");
+            line(0, "#define FJ_CP_ASYNC(dst, src) asm volatile(\"cp.async.ca.shared.global [%0], [%1], %2;\" :: \"r\"(dst), \"l\"(src), \"n\"(sizeof(*(src))) : \"memory\")");
+            line(0, "#define FJ_CP_COMMIT() asm volatile(\"cp.async.commit_group;\" ::: \"memory\")");
+            line(0, "#define FJ_CP_WAIT(n) asm volatile(\"cp.async.wait_group %0;\" :: \"n\"(n) : \"memory\")");
+            line(0, "#define FJ_SHARED_ADDR(p) ((unsigned)__cvta_generic_to_shared(p))");
+            line(0, "#endif");
+        }
         if (fast_rsqrt()) {
             // CUDA's rsqrt(double) is this estimate and cubic correction plus a range check that calls a
             // slow path (subnormal, huge and special arguments): a branch and a convergence barrier per
@@ -603,6 +646,12 @@ private:
         line(0, "extern \"C\" __global__ void {}(const fj_params_{} p) {{", name_, name_);
         line(1, "const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;");
         line(1, "if (j >= p.cols) return;");
+        if (stages_ > 0) {
+            line(1, "FJ_SMEM_DECL;");
+            line(1, "{}* const fj_st = reinterpret_cast<{}*>(fj_smem) + threadIdx.x * {}u;  // this thread's stages",
+                 T_, T_, stage_stride_);
+            line(1, "const unsigned fj_sb = FJ_SHARED_ADDR(fj_st);");
+        }
         const std::size_t ni = k_.inputs.size(), no = k_.outputs.size();
         const bool fixed = !o_.strides.empty();
         if (fixed && o_.strides.size() != ni + no)
@@ -692,35 +741,8 @@ private:
         for (std::size_t st = 0; st < k_.states.size(); ++st)
             if (live_sticky_[st] && state_fexact_[st]) line(2, "const float sf{} = (float)s{};", st, st);
         if (U_ > 1) {
-            // Rolling prefetch: each loaded value is replaced by the one U rows later right after its last
-            // use, so the loads of the next batch are in flight while this batch computes (the scan is
-            // bound by memory latency otherwise: few warps fit an SM with these register counts). Every
-            // prefetched row is below row_end; the last rows (fewer than 2U) run in the remainder loop.
-            std::map<std::pair<int, int>, int> last_use;  // (input, row offset) -> last batch row reading it
-            for (int u = 0; u < U_; ++u)
-                for (const auto& [slot, lag] : loads_) last_use[{slot, u - lag}] = u;
-            line(2, "if (t + {} <= row_end) {{", 2 * U_);
-            for (const auto& [key, u_last] : last_use)
-                line(3, "{} {} = {};", T_, load_name(key.first, key.second), load_addr(key.first, key.second));
-            line(3, "#pragma unroll 1");
-            line(3, "for (; t + {} <= row_end; t += {}) {{", 2 * U_, U_);
-            const int pf = std::max(0, o_.l2_prefetch_rows);
-            std::set<int> pf_inputs;  // inputs read at lag 0: their rows ahead are new to L2
-            for (const auto& [slot, lag] : loads_)
-                if (lag == 0) pf_inputs.insert(slot);
-            if (pf > 0 && !pf_inputs.empty()) line(4, "const bool pf = t + {} <= p.rows;", pf + U_);
-            for (int u = 0; u < U_; ++u) {
-                step(4, u);
-                for (const auto& [key, u_last] : last_use)
-                    if (u_last == u)
-                        line(4, "{} = {};", load_name(key.first, key.second), load_addr(key.first, key.second + U_));
-                if (pf > 0)
-                    for (int slot : pf_inputs)
-                        line(4, "if (pf) FJ_PREFETCH_L2(&{});", load_addr(slot, u + pf));
-            }
-            advance(4, U_);
-            line(3, "}}");
-            line(2, "}}");
+            if (stages_ > 0) staged_batches();
+            else rolling_batches();
             if (!o_.strides.empty()) {
                 // Kernels for big panels: the last whole batches too (loads first, then the rows), so that
                 // short tiles do not leave up to 2U - 1 rows to the one-row loop. Not in the generic kernel,
@@ -741,6 +763,87 @@ private:
         line(2, "}}");
         line(1, "}}");
         line(0, "}}");
+    }
+
+    // Inputs read at lag 0: the batched loops ask L2 for their rows l2_prefetch_rows ahead (new to L2;
+    // lagged rows were read before). Empty when there is no such prefetch.
+    std::set<int> l2_prefetched() const {
+        std::set<int> in;
+        if (o_.l2_prefetch_rows > 0)
+            for (const auto& [slot, lag] : loads_)
+                if (lag == 0) in.insert(slot);
+        return in;
+    }
+
+    // The batched loop, `rows_ahead` rows before row_end at most, with its L2 prefetches.
+    void batch_loop_begin(int rows_ahead, const std::set<int>& pf_inputs) {
+        line(3, "#pragma unroll 1");
+        line(3, "for (; t + {} <= row_end; t += {}) {{", rows_ahead, U_);
+        if (!pf_inputs.empty()) line(4, "const bool pf = t + {} <= p.rows;", o_.l2_prefetch_rows + U_);
+    }
+    void l2_prefetch_row(int u, const std::set<int>& pf_inputs) {
+        for (int slot : pf_inputs) line(4, "if (pf) FJ_PREFETCH_L2(&{});", load_addr(slot, u + o_.l2_prefetch_rows));
+    }
+
+    // Rolling prefetch: each loaded value is replaced by the one U rows later right after its last use,
+    // so the loads of the next batch are in flight while this batch computes (the scan is bound by memory
+    // latency otherwise: few warps fit an SM with these register counts). Every prefetched row is below
+    // row_end; the last rows (fewer than 2U) run in the loops after it.
+    void rolling_batches() {
+        std::map<std::pair<int, int>, int> last_use;  // (input, row offset) -> last batch row reading it
+        for (int u = 0; u < U_; ++u)
+            for (const auto& [slot, lag] : loads_) last_use[{slot, u - lag}] = u;
+        line(2, "if (t + {} <= row_end) {{", 2 * U_);
+        for (const auto& [key, u_last] : last_use)
+            line(3, "{} {} = {};", T_, load_name(key.first, key.second), load_addr(key.first, key.second));
+        const std::set<int> pf_inputs = l2_prefetched();
+        batch_loop_begin(2 * U_, pf_inputs);
+        for (int u = 0; u < U_; ++u) {
+            step(4, u);
+            for (const auto& [key, u_last] : last_use)
+                if (u_last == u)
+                    line(4, "{} = {};", load_name(key.first, key.second), load_addr(key.first, key.second + U_));
+            l2_prefetch_row(u, pf_inputs);
+        }
+        advance(4, U_);
+        line(3, "}}");
+        line(2, "}}");
+    }
+
+    // Loads staged in shared memory (async_plan()): batch k + stages - 1 is copied while batch k computes
+    // from its stage; the stage offset so cycles through the stages. The loop stops while a whole batch
+    // `stages` batches on is still below row_end; the rows after it run in the loops that follow.
+    void staged_batches() {
+        const int D = static_cast<int>(staged_.size()), P = stages_;
+        const int esize = o_.dtype == DType::F32 ? 4 : 8;
+        auto copy_batch = [&](int ind, const std::string& stage, int rows_on) {
+            for (int q = 0; q < D; ++q) {
+                const auto [slot, off] = staged_[static_cast<std::size_t>(q)];
+                line(ind, "FJ_CP_ASYNC(fj_sb + ({} + {}) * {}u, &{});", stage, q, esize, load_addr(slot, off + rows_on));
+            }
+            line(ind, "FJ_CP_COMMIT();");
+        };
+        line(2, "if (t + {} <= row_end) {{", P * U_);
+        for (int b = 0; b < P - 1; ++b) copy_batch(3, std::to_string(b * D), b * U_);
+        line(3, "unsigned so = 0;  // this batch's stage");
+        const std::set<int> pf_inputs = l2_prefetched();
+        batch_loop_begin(P * U_, pf_inputs);
+        line(4, "const unsigned sn = so >= {}u ? so - {}u : so + {}u;  // the stage of batch k + {}", D, D, (P - 1) * D, P - 1);
+        copy_batch(4, "sn", (P - 1) * U_);
+        line(4, "FJ_CP_WAIT({});", P - 1);
+        for (int q = 0; q < D; ++q) {
+            const auto [slot, off] = staged_[static_cast<std::size_t>(q)];
+            line(4, "const {} {} = fj_st[so + {}];", T_, load_name(slot, off), q);
+        }
+        for (int u = 0; u < U_; ++u) {
+            step(4, u);
+            l2_prefetch_row(u, pf_inputs);
+        }
+        advance(4, U_);
+        line(4, "so = so >= {}u ? 0u : so + {}u;", (P - 1) * D, D);
+        line(3, "}}");
+        line(3, "FJ_CP_WAIT(0);  // the copies of batches the loop did not reach");
+        line(2, "}}");
     }
 
     // Loads of the rows a batch reads, in the panel's type (a float32 value takes one register until it
@@ -1058,6 +1161,10 @@ std::string cuda_kernel_name(const ir::Kernel& kernel) {
     if (n.empty() || (n[0] >= '0' && n[0] <= '9') || n.rfind("fj", 0) != 0) n = "fj_" + n;
     if (n.size() > 120) n.resize(120);
     return n;
+}
+
+int cuda_shared_bytes_per_thread(const ir::Kernel& kernel, const CudaEmitOptions& options) {
+    return Emitter(kernel, options).shared_bytes_per_thread();
 }
 
 std::string emit_cuda(const ir::Kernel& kernel, const CudaEmitOptions& options) {

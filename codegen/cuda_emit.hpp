@@ -21,8 +21,9 @@
 //     in batches of `unroll` rows (loads first) as far as whole batches go, then one at a time; the others
 //     one at a time, after requesting all their loads into L1;
 //   * the batched loop, `unroll` rows per iteration, with no guards: every loaded value is replaced by the
-//     one `unroll` rows later right after its last use (rolling prefetch), and kernels with fixed leading
-//     dimensions also ask L2 for the rows `l2_prefetch_rows` ahead; it stops 2 * unroll rows before the end;
+//     one `unroll` rows later right after its last use (rolling prefetch), or, with async_stages, the rows
+//     are copied into shared memory batches ahead (cp.async); kernels with fixed leading dimensions also
+//     ask L2 for the rows `l2_prefetch_rows` ahead; it stops 2 (or async_stages) batches before the end;
 //   * (fixed leading dimensions only) the last whole batches, loads first;
 //   * the remaining rows one at a time.
 // Bodies of more than 300, 600 or 1500 live instructions batch at most 4, 2 or 1 rows (NVRTC's time grows
@@ -74,7 +75,15 @@ struct CudaEmitOptions {
     // Rows ahead of the batch that the batched loop asks L2 to prefetch (prefetch.global.L2, one per
     // input and row, no register): more of the panel in flight than registers can hold. 0: none.
     int l2_prefetch_rows = 0;
+    // With fixed leading dimensions: the batched loop copies its rows into shared memory with cp.async,
+    // this many batches deep (>= 2; 0 or 1: loads into registers). Needs
+    // cuda_shared_bytes_per_thread() x block bytes of dynamic shared memory at launch.
+    int async_stages = 0;
 };
+
+// Staging costs more shared memory per thread than this: the kernel loads into registers instead
+// (fewer than about 600 threads would fit an SM's 227 KB).
+inline constexpr int kCudaMaxStageBytesPerThread = 384;
 
 // A valid C identifier from kernel.name ("fj_" prefixed when needed, at most 120 characters).
 std::string cuda_kernel_name(const ir::Kernel& kernel);
@@ -82,6 +91,9 @@ std::string cuda_kernel_name(const ir::Kernel& kernel);
 // The whole translation unit for NVRTC. Throws fj::BackendError for IR it cannot emit (a malformed
 // operand index, a type mismatch): the IR verifier should have caught those first.
 std::string emit_cuda(const ir::Kernel& kernel, const CudaEmitOptions& options);
+
+// Dynamic shared memory the kernel needs per thread of a block (0: none), for these options.
+int cuda_shared_bytes_per_thread(const ir::Kernel& kernel, const CudaEmitOptions& options);
 
 // Words in the parameter block of `kernel` (see the ABI above).
 inline int cuda_param_words(const ir::Kernel& kernel) {

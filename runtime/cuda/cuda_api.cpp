@@ -217,6 +217,7 @@ void load_device() {
         v.max_grid_x = attr(*d, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, v.dev);
         v.max_grid_y = attr(*d, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, v.dev);
         v.l2_bytes = attr(*d, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, v.dev);
+        v.smem_optin = attr(*d, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, v.dev);
         v.memory_pools = d->cuMemAllocAsync && d->cuMemFreeAsync &&
                          attr(*d, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, v.dev) != 0;
         if (!attr(*d, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, v.dev)) {

@@ -46,6 +46,7 @@ inline constexpr int CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39;
 inline constexpr int CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING = 41;
 inline constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
 inline constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
+inline constexpr int CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
 inline constexpr int CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115;
 inline constexpr int CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0;
 inline constexpr int CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES = 3;
@@ -176,6 +177,7 @@ struct Device {
     int max_threads_per_sm = 0;
     int max_grid_x = 0, max_grid_y = 0;
     int l2_bytes = 0;
+    int smem_optin = 0;  // dynamic shared memory a block may have after opting in (bytes)
     std::size_t total_mem = 0;
     bool memory_pools = false;  // cuMemAllocAsync usable
     int driver_version = 0;

@@ -51,6 +51,7 @@ CudaSettings CudaSettings::from_env() {
     s.smem = env_int("FJ_CUDA_SMEM", 0, 0, 232448);
     s.fixed_ld = env_int("FJ_CUDA_FIXED_LD", -1, -1, 1);
     s.l2_prefetch = env_int("FJ_CUDA_PREFETCH", -1, -1, 4096);
+    s.stages = env_int("FJ_CUDA_STAGES", kSpecializedStages, 0, 4);
     return s;
 }
 
@@ -63,7 +64,26 @@ std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::st
                        kernel.hash(), dtype_name(dtype), codegen::kCudaCodegenVersion, arch, cubin ? "" : "(ptx)",
                        n.version, opts, settings.unroll, settings.reg_ring_max) +
            (strides.empty() ? std::string()
-                            : fmt::format(" ld=[{}] l2pf={}", fmt::join(strides, ","), settings.l2_prefetch));
+                            : fmt::format(" ld=[{}] l2pf={} stages={}", fmt::join(strides, ","), settings.l2_prefetch,
+                                          settings.stages));
+}
+
+codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype, const CudaSettings& settings,
+                                           const std::vector<long long>& strides) {
+    codegen::CudaEmitOptions eo;
+    eo.dtype = dtype;
+    eo.unroll = settings.unroll;
+    eo.reg_ring_max = settings.reg_ring_max;
+    eo.strides = strides;
+    if (strides.empty()) return eo;
+    eo.l2_prefetch_rows = settings.l2_prefetch < 0 ? kSpecializedL2Prefetch : settings.l2_prefetch;
+    if (settings.stages >= 2) {
+        codegen::CudaEmitOptions staged = eo;
+        staged.async_stages = settings.stages;
+        if (!settings.unroll_given) staged.unroll = kSpecializedStagedUnroll;
+        if (codegen::cuda_shared_bytes_per_thread(kernel, staged) > 0) return staged;
+    }
+    return eo;
 }
 
 CudaCompiled compile_cuda_kernel(const ir::Kernel& kernel, DType dtype, const std::string& arch, bool cubin,
@@ -72,13 +92,9 @@ CudaCompiled compile_cuda_kernel(const ir::Kernel& kernel, DType dtype, const st
     c.function = codegen::cuda_kernel_name(kernel);
     c.key = cuda_kernel_key(kernel, dtype, arch, cubin, settings, strides);
     const auto t0 = std::chrono::steady_clock::now();
-    codegen::CudaEmitOptions eo;
-    eo.dtype = dtype;
-    eo.unroll = settings.unroll;
-    eo.reg_ring_max = settings.reg_ring_max;
-    eo.strides = strides;
-    if (!strides.empty()) eo.l2_prefetch_rows = settings.l2_prefetch < 0 ? kSpecializedL2Prefetch : settings.l2_prefetch;
-    c.source = codegen::emit_cuda(kernel, eo);
+    c.emitted = cuda_emit_options(kernel, dtype, settings, strides);
+    c.smem_per_thread = codegen::cuda_shared_bytes_per_thread(kernel, c.emitted);
+    c.source = codegen::emit_cuda(kernel, c.emitted);
     c.emit_ms = ms_since(t0);
     c.dump_path = dump_source(fmt::format("{}-{:016x}", c.function, fnv1a64(c.key.data(), c.key.size())), c.source);
     NvrtcOutput out = nvrtc_compile(c.source, c.function, codegen::cuda_compile_options(arch, settings.fmad), cubin,
@@ -157,6 +173,7 @@ struct LoadedKernel {
     CUfunction fn = nullptr;
     int registers = 0, local_bytes = 0;
     int block = 0, blocks_per_sm = 0;
+    int smem_per_thread = 0;  // dynamic shared memory the kernel uses per thread (staged loads)
 };
 
 // Where a kernel argument's panel comes from in a run: the program's inputs or outputs, or an
@@ -274,6 +291,7 @@ public:
         n_tmp_ = tmps.size();
         shapes_.resize(kernels_.size());
         shape_fn_.resize(kernels_.size());
+        shape_smem_.resize(kernels_.size());
     }
 
     ~CudaExecutable() override {
@@ -311,6 +329,7 @@ private:
     std::vector<LaunchShape> shapes_;
     std::int64_t shape_rows_ = -1, shape_cols_ = -1;
     std::vector<CUfunction> shape_fn_;  // the kernel each shape was chosen for
+    std::vector<int> shape_smem_;       // dynamic shared memory of its launches (bytes)
     std::vector<const LoadedKernel*> run_kernels_;  // this run's kernels, from update_shapes
     Specializer specialize_;
     // The kernel a run launches: specialised on the leading dimensions for big panels.
@@ -350,11 +369,16 @@ void CudaExecutable::update_shapes(std::int64_t rows, std::int64_t cols) {
         li.halo = kernels_[i].kernel.halo;
         li.block = settings_.block ? settings_.block : lk.block;
         li.blocks_per_sm = settings_.block ? std::max(1, lk.blocks_per_sm * lk.block / settings_.block) : lk.blocks_per_sm;
-        if (settings_.smem > 0) {
-            if (settings_.smem > 48 * 1024)
-                FJ_CU(cuFuncSetAttribute, lk.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, settings_.smem);
+        shape_smem_[i] = settings_.smem + li.block * lk.smem_per_thread;
+        if (shape_smem_[i] > dev_.smem_optin)
+            throw InputError(fmt::format("cuda: kernel {} with blocks of {} threads needs {} bytes of shared memory; "
+                                         "the device allows {} (FJ_CUDA_BLOCK, FJ_CUDA_SMEM)",
+                                         lk.function, li.block, shape_smem_[i], dev_.smem_optin));
+        if (settings_.smem > 0 || (settings_.block && lk.smem_per_thread > 0)) {
+            if (shape_smem_[i] > 48 * 1024)
+                FJ_CU(cuFuncSetAttribute, lk.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shape_smem_[i]);
             FJ_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor, &li.blocks_per_sm, lk.fn, li.block,
-                  static_cast<std::size_t>(settings_.smem));
+                  static_cast<std::size_t>(shape_smem_[i]));
             li.blocks_per_sm = std::max(1, li.blocks_per_sm);
         }
         li.sm_count = dev_.sm_count;
@@ -417,11 +441,8 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
         words_.push_back(static_cast<std::uint64_t>(s.tile_rows));
         words_.push_back(static_cast<std::uint64_t>(s.ntiles));
         void* params[] = {words_.data()};
-        const CUfunction fn = shape_fn_[i];
-        if (settings_.smem > 48 * 1024)
-            FJ_CU(cuFuncSetAttribute, fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, settings_.smem);
-        FJ_CU(cuLaunchKernel, fn, static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.grid_y), 1u,
-              static_cast<unsigned>(s.block), 1u, 1u, static_cast<unsigned>(settings_.smem), stream_, params, nullptr);
+        FJ_CU(cuLaunchKernel, shape_fn_[i], static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.grid_y), 1u,
+              static_cast<unsigned>(s.block), 1u, 1u, static_cast<unsigned>(shape_smem_[i]), stream_, params, nullptr);
     }
     for (std::size_t o = 0; o < outputs.size(); ++o)
         if (outputs[o].memory != Memory::Cuda) copy_2d(stream_, false, outputs[o], out_views_[o].ptr, cols);
@@ -439,9 +460,13 @@ std::string CudaExecutable::explain() const {
                            lk.function, cache_source_name(k.source), k.ms, k.load_ms, lk.registers, lk.local_bytes,
                            lk.block, lk.blocks_per_sm, k.kernel.halo);
         if (k.fixed)
-            out += fmt::format("    specialised on leading dimensions [{}] ({}, {:.2f} ms), {} registers\n",
+            out += fmt::format("    specialised on leading dimensions [{}] ({}, {:.2f} ms), {} registers, block {} ({} per "
+                               "SM){}\n",
                                fmt::join(k.fixed_strides, ", "), cache_source_name(k.fixed_source), k.fixed_ms,
-                               k.fixed->registers);
+                               k.fixed->registers, k.fixed->block, k.fixed->blocks_per_sm,
+                               k.fixed->smem_per_thread ? fmt::format(", loads staged in {} B of shared memory per thread",
+                                                                      k.fixed->smem_per_thread)
+                                                        : std::string());
         if (shape_rows_ >= 0) {
             const LaunchShape& s = shapes_[i];
             out += fmt::format("    last launch: {} x {}: grid {} x {}, block {}, {} tile(s) of {} rows\n", shape_rows_,
@@ -462,7 +487,7 @@ public:
     std::unique_ptr<Executable> prepare(const codegen::Plan& plan, DType dtype, const CompileOptions& options) override;
 
 private:
-    std::shared_ptr<const LoadedKernel> load(const std::string& key, const CacheEntry& e);
+    std::shared_ptr<const LoadedKernel> load(const std::string& key, const CacheEntry& e, int smem_per_thread = 0);
 
     const Device& dev_;
     NvrtcTarget target_;
@@ -470,19 +495,41 @@ private:
     std::map<std::string, std::shared_ptr<const LoadedKernel>> loaded_;
 };
 
-std::shared_ptr<const LoadedKernel> CudaBackend::load(const std::string& key, const CacheEntry& e) {
+std::shared_ptr<const LoadedKernel> CudaBackend::load(const std::string& key, const CacheEntry& e, int smem_per_thread) {
     auto lk = std::make_shared<LoadedKernel>();
     lk->key = key;
     lk->function = e.function;
+    lk->smem_per_thread = smem_per_thread;
     FJ_CU(cuModuleLoadData, &lk->module, e.image.data());
     try {
         FJ_CU(cuModuleGetFunction, &lk->fn, lk->module, e.function.c_str());
         FJ_CU(cuFuncGetAttribute, &lk->registers, CU_FUNC_ATTRIBUTE_NUM_REGS, lk->fn);
         FJ_CU(cuFuncGetAttribute, &lk->local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, lk->fn);
-        int min_grid = 0, block = 0;
-        FJ_CU(cuOccupancyMaxPotentialBlockSize, &min_grid, &block, lk->fn, nullptr, std::size_t{0}, 0);
-        lk->block = std::max(32, block);
-        FJ_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor, &lk->blocks_per_sm, lk->fn, lk->block, std::size_t{0});
+        if (smem_per_thread == 0) {
+            int min_grid = 0, block = 0;
+            FJ_CU(cuOccupancyMaxPotentialBlockSize, &min_grid, &block, lk->fn, nullptr, std::size_t{0}, 0);
+            lk->block = std::max(32, block);
+            FJ_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor, &lk->blocks_per_sm, lk->fn, lk->block, std::size_t{0});
+        } else {
+            // Shared memory grows with the block: the block size with the most resident threads (the
+            // larger block on ties: fewer, longer column groups).
+            FJ_CU(cuFuncSetAttribute, lk->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dev_.smem_optin);
+            int best_threads = 0;
+            for (int b = 1024; b >= 64; b -= 32) {
+                const std::size_t bytes = static_cast<std::size_t>(b) * static_cast<std::size_t>(smem_per_thread);
+                if (bytes > static_cast<std::size_t>(dev_.smem_optin)) continue;
+                int n = 0;
+                FJ_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor, &n, lk->fn, b, bytes);
+                if (n * b > best_threads) {
+                    best_threads = n * b;
+                    lk->block = b;
+                    lk->blocks_per_sm = n;
+                }
+            }
+            if (best_threads == 0)
+                throw BackendError(fmt::format("cuda: kernel {}: {} bytes of shared memory per thread fit no block",
+                                               e.function, smem_per_thread));
+        }
         lk->blocks_per_sm = std::max(1, lk->blocks_per_sm);
     } catch (...) {
         driver_api().cuModuleUnload(lk->module);
@@ -554,7 +601,10 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
         *ms = r.ms;
         std::lock_guard<std::mutex> lock(mutex_);
         auto it = loaded_.find(key);
-        if (it == loaded_.end()) it = loaded_.emplace(key, load(key, *r.entry)).first;
+        if (it == loaded_.end()) {
+            const int spt = codegen::cuda_shared_bytes_per_thread(k, cuda_emit_options(k, dtype, settings, strides));
+            it = loaded_.emplace(key, load(key, *r.entry, spt)).first;
+        }
         return it->second;
     };
     return std::make_unique<CudaExecutable>(dev_, plan, dtype, options, settings, std::move(kernels), ms_since(t0),

@@ -15,6 +15,8 @@
 //   FJ_CUDA_FIXED_LD    1: always run kernels specialised on the panels' leading dimensions; 0: never;
 //                       default: for panels of kSpecializeElements or more
 //   FJ_CUDA_PREFETCH    rows ahead that those kernels prefetch into L2 (0: none)
+//   FJ_CUDA_STAGES      batches those kernels stage in shared memory with cp.async (default 2; 0: loads
+//                       into registers, 16 rows per batch)
 //   FJ_CUDA_SMEM        unused dynamic shared memory per block, in bytes (default 0): caps the blocks
 //                       resident on an SM, for experiments with L2 residency of long windows
 //   FJ_LIBCUDA, FJ_NVRTC_LIBRARY   paths of the libraries to dlopen first
@@ -30,6 +32,22 @@
 
 namespace fj::rt::cuda {
 
+// Panels of at least this many elements run on kernels specialised on their leading dimensions (a
+// compile on the first run with new ones, then from the caches): constant row offsets save address
+// arithmetic on every load, which only pays off where a run is long.
+inline constexpr long long kSpecializeElements = 1LL << 24;
+// Rows per batch of those kernels: more loads in flight per thread, which a long scan at full bandwidth
+// needs (H200, corr w=20, 50,000 x 50,000: 8 rows 12.3 ms, 16 rows 11.4 ms); compiled only for big
+// panels, so the longer compile (about twice the body) does not touch the common cold-compile time.
+inline constexpr int kSpecializedUnroll = 16;
+inline constexpr int kSpecializedL2Prefetch = 16;
+// ... unless they stage their loads in shared memory (cp.async), this many batches of
+// kSpecializedStagedUnroll rows: no register holds a row in flight, so fewer rows per batch suffice and
+// more threads fit an SM. Kernels whose stages would need more than kCudaMaxStageBytesPerThread keep
+// register loads and kSpecializedUnroll.
+inline constexpr int kSpecializedStages = 2;
+inline constexpr int kSpecializedStagedUnroll = 8;
+
 // Code-generation settings that are not in CompileOptions (benchmark knobs), read from the environment.
 struct CudaSettings {
     // Rows per batch of the generic kernels (small panels): short, so that a cold compile stays fast
@@ -42,18 +60,15 @@ struct CudaSettings {
     int smem = 0;   // dynamic shared memory per block (bytes): fewer resident blocks per SM
     int l2_prefetch = -1;  // rows ahead prefetched into L2 by kernels specialised on leading dimensions (-1: default)
     int fixed_ld = -1;  // kernels specialised on the panels' leading dimensions: -1 for big panels, 0 never, 1 always
+    int stages = kSpecializedStages;  // see codegen::CudaEmitOptions::async_stages (specialised kernels only)
     static CudaSettings from_env();
 };
 
-// Panels of at least this many elements run on kernels specialised on their leading dimensions (a
-// compile on the first run with new ones, then from the caches): constant row offsets save address
-// arithmetic on every load, which only pays off where a run is long.
-inline constexpr long long kSpecializeElements = 1LL << 24;
-// Rows per batch of those kernels: more loads in flight per thread, which a long scan at full bandwidth
-// needs (H200, corr w=20, 50,000 x 50,000: 8 rows 12.3 ms, 16 rows 11.4 ms); compiled only for big
-// panels, so the longer compile (about twice the body) does not touch the common cold-compile time.
-inline constexpr int kSpecializedUnroll = 16;
-inline constexpr int kSpecializedL2Prefetch = 16;
+// The emitter's options for a kernel with these settings (strides: see codegen::CudaEmitOptions): what
+// compile_cuda_kernel generates and what its launches must provide (shared memory).
+codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype, const CudaSettings& settings,
+                                           const std::vector<long long>& strides);
+
 
 // The cache key of a kernel: IR hash, dtype, codegen version, NVRTC target, NVRTC version, options.
 // `strides`: see codegen::CudaEmitOptions::strides (empty: leading dimensions from the parameters).
@@ -69,6 +84,8 @@ struct CudaCompiled {
     CacheEntry entry;          // the image
     double emit_ms = 0, compile_ms = 0;
     int registers = -1, stack_bytes = -1;  // read from the cubin's ELF (-1 for PTX)
+    codegen::CudaEmitOptions emitted;      // how it was generated
+    int smem_per_thread = 0;               // dynamic shared memory its launches need per thread
     std::string log;           // NVRTC warnings
 };
 
