@@ -453,7 +453,7 @@ int main(int argc, char** argv) {
             const std::map<std::string, fj::Panel> outs = {{"c", fj::Panel::device(out.p, T, N, N, fj::DType::F32)}};
 
             // Variant sweep on the headline case ("default" is the library's defaults).
-            std::vector<std::string> variants = {"default", "stages=0", "stages=3", "stages=3,unroll=4", "fmad=1",
+            std::vector<std::string> variants = {"default", "stages=2", "stages=3,unroll=4", "unroll=8", "fmad=1",
                                                  "block=256"};
             if (const char* v = std::getenv("FJ_BENCH_VARIANTS"); v && std::string(v) == "0") variants = {"default"};
             double best = 1e30;
@@ -534,7 +534,7 @@ int main(int argc, char** argv) {
             // The G1 settings (best variant), then other staging depths.
             std::vector<std::string> g5_settings = {""};
             if (const char* v = std::getenv("FJ_BENCH_VARIANTS"); !v || std::string(v) != "0")
-                g5_settings = {"", "stages=0", "stages=3", "stages=3,unroll=4"};
+                g5_settings = {"", "stages=2", "stages=3,unroll=4", "unroll=4"};
             const std::map<std::string, std::string> g1_setting = parse_setting(best_g1_setting);
             for (const std::string& extra : g5_settings)
             for (long long tile : {0LL, 96LL, 160LL, 256LL}) {

@@ -76,6 +76,22 @@ if [ $TESTS = 1 ] && [ -x "$BUILD/cuda_tests/fj_cuda_tests" ]; then
   echo "== tests: $TEST_SUMMARY"
 fi
 
+# CUDA against the CPU backend's results made on the development machine (tests/cross_backend), with the
+# kernels small panels get and with those specialised on leading dimensions (big panels).
+XCHECK_SUMMARY="not run (no .carry/xcheck/cpu)"
+if [ -d .carry/xcheck/cpu ] && [ -x "$BUILD/factorjit" ]; then
+  XCHECK_SUMMARY=""
+  for fixed in 0 1; do
+    rm -rf "$BUILD/xcheck_$fixed"
+    FJ_CUDA_FIXED_LD=$fixed python3 tests/cross_backend/cross_check.py run .carry/xcheck "$BUILD/xcheck_$fixed" cuda \
+      "$BUILD/factorjit" > "$LOG/xcheck_$fixed.log" 2>&1
+    python3 tests/cross_backend/cross_check.py compare "$BUILD/xcheck_$fixed" .carry/xcheck/cpu >> "$LOG/xcheck_$fixed.log" 2>&1
+    grep -E "^BAD" "$LOG/xcheck_$fixed.log" | head -10
+    XCHECK_SUMMARY="$XCHECK_SUMMARY [fixed ld $fixed: $(tail -1 "$LOG/xcheck_$fixed.log")]"
+  done
+  echo "== cross-check against the CPU backend:$XCHECK_SUMMARY"
+fi
+
 if [ $BENCH = 1 ]; then
   "$BUILD/bench_gpu" $QUICK 2>&1 | tee "$LOG/bench.log"
 fi
@@ -128,4 +144,5 @@ echo "== nvidia-smi during the run (min/max SM clock, max temperature, max power
 awk -F', ' 'NR>1 && $2+0>0 {c=$2+0; if(min==""||c<min)min=c; if(c>max)max=c; t=$4+0; if(t>tm)tm=t; p=$5+0; if(p>pm)pm=p; r[$6]++}
   END {printf "  SM clock %s..%s MHz, temp max %s C, power max %s W; throttle reasons seen:", min, max, tm, pm; for (k in r) printf " [%s]x%d", k, r[k]; print ""}' "$LOG/smi.csv"
 echo "== tests: $TEST_SUMMARY"
+echo "== cross-check:$XCHECK_SUMMARY"
 if [ -f "$LOG/bench.log" ]; then sed -n '/^SUMMARY/,$p' "$LOG/bench.log"; fi

@@ -130,6 +130,10 @@ TEST_CASE_TEMPLATE_DEFINE("all operators in one program: host panels, device pan
     // Kernels specialised on the panels' leading dimensions (what big panels get by default).
     ::setenv("FJ_CUDA_FIXED_LD", "1", 1);
     all_cases<T>({}, true, false);
+    // ... with their loads staged in shared memory (cp.async).
+    ::setenv("FJ_CUDA_STAGES", "2", 1);
+    all_cases<T>({}, true, false);
+    ::unsetenv("FJ_CUDA_STAGES");
     ::unsetenv("FJ_CUDA_FIXED_LD");
 }
 TEST_CASE_TEMPLATE_APPLY(cuda_all, fj::test::CudaTargets);

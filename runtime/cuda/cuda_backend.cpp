@@ -8,6 +8,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -52,14 +53,24 @@ CudaSettings CudaSettings::from_env() {
     s.fixed_ld = env_int("FJ_CUDA_FIXED_LD", -1, -1, 1);
     s.l2_prefetch = env_int("FJ_CUDA_PREFETCH", -1, -1, 4096);
     s.stages = env_int("FJ_CUDA_STAGES", kSpecializedStages, 0, 4);
+    if (const char* v = std::getenv("FJ_NVRTC_OPTIONS")) {
+        std::istringstream words(v);
+        for (std::string w; words >> w;) s.extra_options.push_back(w);
+    }
     return s;
+}
+
+std::vector<std::string> nvrtc_options(const std::string& arch, const CudaSettings& settings) {
+    std::vector<std::string> o = codegen::cuda_compile_options(arch, settings.fmad);
+    o.insert(o.end(), settings.extra_options.begin(), settings.extra_options.end());
+    return o;
 }
 
 std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::string& arch, bool cubin,
                             const CudaSettings& settings, const std::vector<long long>& strides) {
     const Nvrtc& n = nvrtc_api();
     std::string opts;
-    for (const std::string& o : codegen::cuda_compile_options(arch, settings.fmad)) opts += o + ' ';
+    for (const std::string& o : nvrtc_options(arch, settings)) opts += o + ' ';
     return fmt::format("fj-cuda ir={:016x} dtype={} codegen={} target={}{} nvrtc={} opts=[{}] unroll={} ringreg={}",
                        kernel.hash(), dtype_name(dtype), codegen::kCudaCodegenVersion, arch, cubin ? "" : "(ptx)",
                        n.version, opts, settings.unroll, settings.reg_ring_max) +
@@ -97,7 +108,7 @@ CudaCompiled compile_cuda_kernel(const ir::Kernel& kernel, DType dtype, const st
     c.source = codegen::emit_cuda(kernel, c.emitted);
     c.emit_ms = ms_since(t0);
     c.dump_path = dump_source(fmt::format("{}-{:016x}", c.function, fnv1a64(c.key.data(), c.key.size())), c.source);
-    NvrtcOutput out = nvrtc_compile(c.source, c.function, codegen::cuda_compile_options(arch, settings.fmad), cubin,
+    NvrtcOutput out = nvrtc_compile(c.source, c.function, nvrtc_options(arch, settings), cubin,
                                     c.dump_path);
     c.compile_ms = out.ms;
     c.log = std::move(out.log);

@@ -15,8 +15,9 @@
 //   FJ_CUDA_FIXED_LD    1: always run kernels specialised on the panels' leading dimensions; 0: never;
 //                       default: for panels of kSpecializeElements or more
 //   FJ_CUDA_PREFETCH    rows ahead that those kernels prefetch into L2 (0: none)
-//   FJ_CUDA_STAGES      batches those kernels stage in shared memory with cp.async (default 2; 0: loads
-//                       into registers, 16 rows per batch)
+//   FJ_CUDA_STAGES      batches those kernels stage in shared memory with cp.async (default 0: loads
+//                       into registers, 16 rows per batch; 2 or more: staged, 8 rows per batch)
+//   FJ_NVRTC_OPTIONS    extra NVRTC options, space-separated (e.g. "-Xptxas -O1"; diagnosis)
 //   FJ_CUDA_SMEM        unused dynamic shared memory per block, in bytes (default 0): caps the blocks
 //                       resident on an SM, for experiments with L2 residency of long windows
 //   FJ_LIBCUDA, FJ_NVRTC_LIBRARY   paths of the libraries to dlopen first
@@ -41,11 +42,11 @@ inline constexpr long long kSpecializeElements = 1LL << 24;
 // panels, so the longer compile (about twice the body) does not touch the common cold-compile time.
 inline constexpr int kSpecializedUnroll = 16;
 inline constexpr int kSpecializedL2Prefetch = 16;
-// ... unless they stage their loads in shared memory (cp.async), this many batches of
-// kSpecializedStagedUnroll rows: no register holds a row in flight, so fewer rows per batch suffice and
-// more threads fit an SM. Kernels whose stages would need more than kCudaMaxStageBytesPerThread keep
-// register loads and kSpecializedUnroll.
-inline constexpr int kSpecializedStages = 2;
+// With FJ_CUDA_STAGES=N (N >= 2) they stage their loads in shared memory (cp.async) instead, N batches
+// of kSpecializedStagedUnroll rows (kernels whose stages would need more than
+// kCudaMaxStageBytesPerThread keep register loads). Off by default: on the H200 it measured slower
+// (corr w=20, 50,000 x 50,000: 12.7 ms against 9.0 ms with register loads; bench/RESULTS.md).
+inline constexpr int kSpecializedStages = 0;
 inline constexpr int kSpecializedStagedUnroll = 8;
 
 // Code-generation settings that are not in CompileOptions (benchmark knobs), read from the environment.
@@ -61,8 +62,12 @@ struct CudaSettings {
     int l2_prefetch = -1;  // rows ahead prefetched into L2 by kernels specialised on leading dimensions (-1: default)
     int fixed_ld = -1;  // kernels specialised on the panels' leading dimensions: -1 for big panels, 0 never, 1 always
     int stages = kSpecializedStages;  // see codegen::CudaEmitOptions::async_stages (specialised kernels only)
+    std::vector<std::string> extra_options;  // FJ_NVRTC_OPTIONS, appended to NVRTC's (part of the cache key)
     static CudaSettings from_env();
 };
+
+// NVRTC's options for a kernel: codegen::cuda_compile_options and the extra ones.
+std::vector<std::string> nvrtc_options(const std::string& arch, const CudaSettings& settings);
 
 // The emitter's options for a kernel with these settings (strides: see codegen::CudaEmitOptions): what
 // compile_cuda_kernel generates and what its launches must provide (shared memory).

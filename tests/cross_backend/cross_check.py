@@ -25,6 +25,7 @@ EXPRS = [
     "corr(window(A, 250, 150), window(B, 250, 150))",
     "mean(window(std(window(A, 5)), 10))", "delay(mean(window(A, 7)), 4)",
     "sum(window(B / (A - delay(A, 1)), 5))", "correlation(A * B - C, delay(B, 2), 15)",
+    "A >= delay(A, 1)", "A == delay(A, 1)", "A <= delay(A, 1)",
 ]
 ROWS, COLS = 1200, 64  # small enough to carry the CPU results to the GPU machine
 
