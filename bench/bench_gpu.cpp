@@ -311,7 +311,7 @@ void setenv_or_unset(const char* name, const std::string& v) {
     else ::setenv(name, v.c_str(), 1);
 }
 
-// Benchmark settings as "key=value,key=value" (keys: unroll fmad block smem stages pf tile w): the
+// Benchmark settings as "key=value,key=value" (keys: unroll fmad block smem stages pf copies tile w): the
 // FJ_CUDA_* variables of the keys given are set, the others unset (library defaults).
 std::map<std::string, std::string> parse_setting(const std::string& item) {
     std::map<std::string, std::string> kv;
@@ -325,7 +325,8 @@ std::map<std::string, std::string> parse_setting(const std::string& item) {
 void apply_setting(const std::map<std::string, std::string>& kv) {
     static const std::map<std::string, const char*> vars = {{"unroll", "FJ_CUDA_UNROLL"}, {"fmad", "FJ_CUDA_FMAD"},
                                                             {"block", "FJ_CUDA_BLOCK"},   {"smem", "FJ_CUDA_SMEM"},
-                                                            {"stages", "FJ_CUDA_STAGES"}, {"pf", "FJ_CUDA_PREFETCH"}};
+                                                            {"stages", "FJ_CUDA_STAGES"}, {"pf", "FJ_CUDA_PREFETCH"},
+                                                            {"copies", "FJ_CUDA_COPIES"}};
     for (const auto& [key, var] : vars) {
         auto it = kv.find(key);
         setenv_or_unset(var, it == kv.end() ? std::string() : it->second);
@@ -453,7 +454,7 @@ int main(int argc, char** argv) {
             const std::map<std::string, fj::Panel> outs = {{"c", fj::Panel::device(out.p, T, N, N, fj::DType::F32)}};
 
             // Variant sweep on the headline case ("default" is the library's defaults).
-            std::vector<std::string> variants = {"default", "stages=2", "stages=3,unroll=4", "unroll=8", "fmad=1",
+            std::vector<std::string> variants = {"default", "copies=2", "copies=2,fmad=1", "stages=2", "unroll=8", "fmad=1",
                                                  "block=256"};
             if (const char* v = std::getenv("FJ_BENCH_VARIANTS"); v && std::string(v) == "0") variants = {"default"};
             double best = 1e30;
@@ -534,7 +535,7 @@ int main(int argc, char** argv) {
             // The G1 settings (best variant), then other staging depths.
             std::vector<std::string> g5_settings = {""};
             if (const char* v = std::getenv("FJ_BENCH_VARIANTS"); !v || std::string(v) != "0")
-                g5_settings = {"", "stages=2", "stages=3,unroll=4", "unroll=4"};
+                g5_settings = {"", "copies=2", "stages=2", "unroll=4"};
             const std::map<std::string, std::string> g1_setting = parse_setting(best_g1_setting);
             for (const std::string& extra : g5_settings)
             for (long long tile : {0LL, 96LL, 160LL, 256LL}) {

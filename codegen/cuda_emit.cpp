@@ -784,10 +784,11 @@ private:
     }
 
     // The batched loop, `rows_ahead` rows before row_end at most, with its L2 prefetches.
-    void batch_loop_begin(int rows_ahead, const std::set<int>& pf_inputs) {
+    // (`batches` batches per iteration: the caller advances t between them.)
+    void batch_loop_begin(int rows_ahead, const std::set<int>& pf_inputs, int batches = 1) {
         line(3, "#pragma unroll 1");
         line(3, "for (; t + {} <= row_end; t += {}) {{", rows_ahead, U_);
-        if (!pf_inputs.empty()) line(4, "const bool pf = t + {} <= p.rows;", o_.l2_prefetch_rows + U_);
+        if (!pf_inputs.empty()) line(4, "const bool pf = t + {} <= p.rows;", o_.l2_prefetch_rows + batches * U_);
     }
     void l2_prefetch_row(int u, const std::set<int>& pf_inputs) {
         for (int slot : pf_inputs) line(4, "if (pf) FJ_PREFETCH_L2(&{});", load_addr(slot, u + o_.l2_prefetch_rows));
@@ -796,24 +797,31 @@ private:
     // Rolling prefetch: each loaded value is replaced by the one U rows later right after its last use,
     // so the loads of the next batch are in flight while this batch computes (the scan is bound by memory
     // latency otherwise: few warps fit an SM with these register counts). Every prefetched row is below
-    // row_end; the last rows (fewer than 2U) run in the loops after it.
+    // row_end; the last rows (fewer than (copies + 1) U) run in the loops after it.
+    // ptxas sinks the loads a loop iteration leaves for the next one to its end, where the next iteration
+    // waits for them (bench/RESULTS.md); with CudaEmitOptions::loop_copies > 1 an iteration runs that many
+    // batches, so only the last batch's loads cross the back edge.
     void rolling_batches() {
+        const int C = std::max(1, o_.strides.empty() ? 1 : o_.loop_copies);
         std::map<std::pair<int, int>, int> last_use;  // (input, row offset) -> last batch row reading it
         for (int u = 0; u < U_; ++u)
             for (const auto& [slot, lag] : loads_) last_use[{slot, u - lag}] = u;
-        line(2, "if (t + {} <= row_end) {{", 2 * U_);
+        line(2, "if (t + {} <= row_end) {{", (C + 1) * U_);
         for (const auto& [key, u_last] : last_use)
             line(3, "{} {} = {};", T_, load_name(key.first, key.second), load_addr(key.first, key.second));
         const std::set<int> pf_inputs = l2_prefetched();
-        batch_loop_begin(2 * U_, pf_inputs);
-        for (int u = 0; u < U_; ++u) {
-            step(4, u);
-            for (const auto& [key, u_last] : last_use)
-                if (u_last == u)
-                    line(4, "{} = {};", load_name(key.first, key.second), load_addr(key.first, key.second + U_));
-            l2_prefetch_row(u, pf_inputs);
+        batch_loop_begin((C + 1) * U_, pf_inputs, C);
+        for (int c = 0; c < C; ++c) {
+            if (c > 0) line(4, "t += {};", U_);
+            for (int u = 0; u < U_; ++u) {
+                step(4, u);
+                for (const auto& [key, u_last] : last_use)
+                    if (u_last == u)
+                        line(4, "{} = {};", load_name(key.first, key.second), load_addr(key.first, key.second + U_));
+                l2_prefetch_row(u, pf_inputs);
+            }
+            advance(4, U_);
         }
-        advance(4, U_);
         line(3, "}}");
         line(2, "}}");
     }

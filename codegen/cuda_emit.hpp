@@ -79,6 +79,8 @@ struct CudaEmitOptions {
     // this many batches deep (>= 2; 0 or 1: loads into registers). Needs
     // cuda_shared_bytes_per_thread() x block bytes of dynamic shared memory at launch.
     int async_stages = 0;
+    // With fixed leading dimensions and register loads: batches per iteration of the batched loop (>= 1).
+    int loop_copies = 1;
 };
 
 // Staging costs more shared memory per thread than this: the kernel loads into registers instead

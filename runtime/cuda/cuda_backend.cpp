@@ -53,6 +53,7 @@ CudaSettings CudaSettings::from_env() {
     s.fixed_ld = env_int("FJ_CUDA_FIXED_LD", -1, -1, 1);
     s.l2_prefetch = env_int("FJ_CUDA_PREFETCH", -1, -1, 4096);
     s.stages = env_int("FJ_CUDA_STAGES", kSpecializedStages, 0, 4);
+    s.copies = env_int("FJ_CUDA_COPIES", kSpecializedLoopCopies, 1, 4);
     if (const char* v = std::getenv("FJ_NVRTC_OPTIONS")) {
         std::istringstream words(v);
         for (std::string w; words >> w;) s.extra_options.push_back(w);
@@ -75,8 +76,8 @@ std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::st
                        kernel.hash(), dtype_name(dtype), codegen::kCudaCodegenVersion, arch, cubin ? "" : "(ptx)",
                        n.version, opts, settings.unroll, settings.reg_ring_max) +
            (strides.empty() ? std::string()
-                            : fmt::format(" ld=[{}] l2pf={} stages={}", fmt::join(strides, ","), settings.l2_prefetch,
-                                          settings.stages));
+                            : fmt::format(" ld=[{}] l2pf={} stages={} copies={}", fmt::join(strides, ","),
+                                          settings.l2_prefetch, settings.stages, settings.copies));
 }
 
 codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype, const CudaSettings& settings,
@@ -88,6 +89,7 @@ codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype
     eo.strides = strides;
     if (strides.empty()) return eo;
     eo.l2_prefetch_rows = settings.l2_prefetch < 0 ? kSpecializedL2Prefetch : settings.l2_prefetch;
+    eo.loop_copies = settings.copies;
     if (settings.stages >= 2) {
         codegen::CudaEmitOptions staged = eo;
         staged.async_stages = settings.stages;

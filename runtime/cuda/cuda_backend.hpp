@@ -17,6 +17,7 @@
 //   FJ_CUDA_PREFETCH    rows ahead that those kernels prefetch into L2 (0: none)
 //   FJ_CUDA_STAGES      batches those kernels stage in shared memory with cp.async (default 0: loads
 //                       into registers, 16 rows per batch; 2 or more: staged, 8 rows per batch)
+//   FJ_CUDA_COPIES      batches per iteration of those kernels' batched loop (register loads; default 1)
 //   FJ_NVRTC_OPTIONS    extra NVRTC options, space-separated (e.g. "-Xptxas -O1"; diagnosis)
 //   FJ_CUDA_SMEM        unused dynamic shared memory per block, in bytes (default 0): caps the blocks
 //                       resident on an SM, for experiments with L2 residency of long windows
@@ -47,6 +48,8 @@ inline constexpr int kSpecializedL2Prefetch = 16;
 // kCudaMaxStageBytesPerThread keep register loads). Off by default: on the H200 it measured slower
 // (corr w=20, 50,000 x 50,000: 12.7 ms against 9.0 ms with register loads; bench/RESULTS.md).
 inline constexpr int kSpecializedStages = 0;
+// Batches per iteration of their batched loop (codegen::CudaEmitOptions::loop_copies).
+inline constexpr int kSpecializedLoopCopies = 1;
 inline constexpr int kSpecializedStagedUnroll = 8;
 
 // Code-generation settings that are not in CompileOptions (benchmark knobs), read from the environment.
@@ -62,6 +65,7 @@ struct CudaSettings {
     int l2_prefetch = -1;  // rows ahead prefetched into L2 by kernels specialised on leading dimensions (-1: default)
     int fixed_ld = -1;  // kernels specialised on the panels' leading dimensions: -1 for big panels, 0 never, 1 always
     int stages = kSpecializedStages;  // see codegen::CudaEmitOptions::async_stages (specialised kernels only)
+    int copies = kSpecializedLoopCopies;  // FJ_CUDA_COPIES
     std::vector<std::string> extra_options;  // FJ_NVRTC_OPTIONS, appended to NVRTC's (part of the cache key)
     static CudaSettings from_env();
 };
