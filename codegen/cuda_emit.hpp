@@ -25,8 +25,7 @@
 //     are copied into shared memory batches ahead (cp.async); kernels with fixed leading dimensions also
 //     ask L2 for the rows `l2_prefetch_rows` ahead; it stops 2 (or async_stages) batches before the end;
 //   * (fixed leading dimensions only) the last whole batches, loads first;
-//   * the remaining rows: one at a time, or (fixed leading dimensions, bodies of at most 300 live
-//     instructions) as one batch whose rows from row_end on are neither read nor stored.
+//   * the remaining rows one at a time.
 // Bodies of more than 300, 600 or 1500 live instructions batch at most 4, 2 or 1 rows (NVRTC's time grows
 // with the copies of the body).
 //
