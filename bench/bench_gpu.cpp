@@ -348,10 +348,11 @@ std::string launch_summary(const fj::Program& p) {
     auto l = e.find("last launch: ");
     if (l != std::string::npos) launch = first_line(e.substr(l + 13));
     auto f = e.find("specialised on leading dimensions");
-    if (f != std::string::npos) {  // the kernel that ran: "..., 88 registers"
+    if (f != std::string::npos) {  // the kernel that ran: "... ms), 88 registers, block 512 (1 per SM)[, loads staged ...]"
         const std::string line = first_line(e.substr(f));
-        auto r = line.rfind(" registers"), c = line.rfind(", ");
-        if (r != std::string::npos && c != std::string::npos) regs = "fixed-ld kernel " + line.substr(c + 2, r - c - 2) + " regs";
+        auto r = line.find(" registers"), c = line.rfind(", ", r);
+        if (r != std::string::npos && c != std::string::npos)
+            regs = "fixed-ld kernel " + line.substr(c + 2, r - c - 2) + " regs" + line.substr(r + 10);
     }
     return regs + ", " + launch;
 }
