@@ -17,9 +17,10 @@
 // Loops of a pass, in order:
 //   * the pass's first rows (the halo, the largest lag read, and until every sticky state - the shift of
 //     window sums - is set) with every guard: loads before the panel's first row read NaN, RowInPass is
-//     tested, outputs are stored only from out_begin on. Kernels with fixed leading dimensions run them
-//     in batches of `unroll` rows (loads first) as far as whole batches go, then one at a time; the others
-//     one at a time, after requesting all their loads into L1;
+//     tested, outputs are stored only from out_begin on. Kernels with fixed leading dimensions and bodies
+//     of at most 300 live instructions run them in batches of `unroll` rows (loads first) as far as whole
+//     batches go, then one at a time; the others one at a time, after requesting all their loads into L1
+//     (bigger bodies keep that shape: see the miscompile in bench/RESULTS.md);
 //   * the batched loop, `unroll` rows per iteration, with no guards: every loaded value is replaced by the
 //     one `unroll` rows later right after its last use (rolling prefetch), or, with async_stages, the rows
 //     are copied into shared memory batches ahead (cp.async); kernels with fixed leading dimensions also

@@ -229,6 +229,13 @@ TEST_CASE("cache keys separate dtype, arch and code-generation settings") {
     CHECK(a != cu::cuda_kernel_key(k, fj::DType::F32, "sm_90", true, s, {64, 64}));
     CHECK(cu::cuda_kernel_key(k, fj::DType::F32, "sm_90", true, s, {64, 64}) !=
           cu::cuda_kernel_key(k, fj::DType::F32, "sm_90", true, s, {64, 65}));
+    for (auto change : {+[](cu::CudaSettings& x) { x.stages = 2; }, +[](cu::CudaSettings& x) { x.copies = 2; },
+                        +[](cu::CudaSettings& x) { x.extra_options = {"--ptxas-options=-O1"}; }}) {
+        s2 = s;
+        change(s2);
+        CHECK(cu::cuda_kernel_key(k, fj::DType::F32, "sm_90", true, s, {64, 64}) !=
+              cu::cuda_kernel_key(k, fj::DType::F32, "sm_90", true, s2, {64, 64}));
+    }
 }
 
 TEST_CASE("kernels specialised on leading dimensions compile, with constant strides and L2 prefetch") {
@@ -242,6 +249,46 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
     CHECK(done[0].source.find("FJ_PREFETCH_L2(&in0[") != std::string::npos);
     CHECK(done[0].key.find("ld=[50000,50000,50000]") != std::string::npos);
     CHECK(done[0].registers > 0);
+    // Float32 corr: the reciprocal square root without CUDA's slow path; the pass's first rows batched.
+    CHECK(done[0].source.find("fj_rsqrt(") != std::string::npos);
+    CHECK(done[0].source.find("rsqrt.approx.ftz.f64") != std::string::npos);
+    CHECK(done[0].source.find("<= warm_end; t += 16)") != std::string::npos);
+    CHECK(done[0].smem_per_thread == 0);
+
+    SUBCASE("loads staged in shared memory (cp.async)") {
+        cu::CudaSettings st;
+        st.stages = 2;
+        const auto staged = cu::compile_cuda_kernels(ks, fj::DType::F32, "sm_90", true, st, 50000);
+        REQUIRE(staged.size() == 1);
+        CHECK(staged[0].source.find("cp.async.ca.shared.global") != std::string::npos);
+        CHECK(staged[0].emitted.unroll == cu::kSpecializedStagedUnroll);
+        CHECK(staged[0].smem_per_thread == (2 * 32 + 1) * 4);  // 2 stages of 8 rows x 4 loads, odd stride
+        CHECK(staged[0].registers > 0);
+        // Float64 stages would take more than kCudaMaxStageBytesPerThread: register loads.
+        const auto f64 = cu::compile_cuda_kernels(ks, fj::DType::F64, "sm_90", true, st, 50000);
+        CHECK(f64[0].smem_per_thread == 0);
+        CHECK(f64[0].source.find("cp.async") == std::string::npos);
+    }
+    SUBCASE("two batches per loop iteration") {
+        cu::CudaSettings c2;
+        c2.copies = 2;
+        const auto two = cu::compile_cuda_kernels(ks, fj::DType::F32, "sm_90", true, c2, 50000);
+        REQUIRE(two.size() == 1);
+        CHECK(two[0].source.find("for (; t + 48 <= row_end; t += 16)") != std::string::npos);
+        CHECK(two[0].registers > 0);
+    }
+}
+
+TEST_CASE("big bodies keep the codegen v5 shapes (no fj_rsqrt, no warm-up batches)") {
+    if (!have_nvrtc()) return;
+    const fj::codegen::Plan plan = fj::codegen::make_plan(fj::test::cuda_op_cases(), fj::DType::F32);
+    REQUIRE(plan.regions.size() == 1);
+    fj::codegen::CudaEmitOptions o;
+    o.strides.assign(plan.regions[0].kernel.inputs.size() + plan.regions[0].kernel.outputs.size(), 64);
+    o.unroll = 16;
+    const std::string src = fj::codegen::emit_cuda(plan.regions[0].kernel, o);
+    CHECK(src.find("fj_rsqrt(") == std::string::npos);
+    CHECK(src.find("warm_end; t +=") == std::string::npos);
 }
 
 TEST_CASE("arch parsing") {
