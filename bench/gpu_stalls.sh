@@ -36,6 +36,16 @@ body = [r for r in rows[1:] if len(r) > tot and r[tot].replace(',', '').replace(
 body.sort(key=lambda r: -float(r[tot].replace(',', '')))
 total = sum(float(r[tot].replace(',', '')) for r in body)
 print(f"total samples {total:.0f}")
+# Where the time goes by loop: samples between consecutive branches (the regions of the pass), in code order.
+seg, first = 0.0, None
+print("samples by code region (between branches, regions with >= 0.5 % of the samples):")
+for r in rows[1:]:
+    if len(r) <= tot or not r[tot].replace(',', '').replace('.', '').isdigit(): continue
+    first = first or r[0]
+    seg += float(r[tot].replace(',', ''))
+    if 'BRA' in r[src] or 'EXIT' in r[src]:
+        if seg >= 0.005 * total: print(f"  {first[-6:]}..{r[0][-6:]}  {seg:9.0f}  {100 * seg / total:5.1f} %  ends with {r[src].strip()[:40]}")
+        seg, first = 0.0, None
 num = lambda x: float(x.replace(',', '') or 0)
 print("samples  long-scoreboard  address  instruction")
 for r in body[:int(sys.argv[2])]:
