@@ -46,11 +46,12 @@ inline constexpr int kSpecializedL2Prefetch = 16;
 // With FJ_CUDA_STAGES=N (N >= 2) they stage their loads in shared memory (cp.async) instead, N batches
 // of kSpecializedStagedUnroll rows (kernels whose stages would need more than
 // kCudaMaxStageBytesPerThread keep register loads). Off by default: on the H200 it measured slower
-// (corr w=20, 50,000 x 50,000: 12.7 ms against 9.0 ms with register loads; bench/RESULTS.md).
+// (corr w=20, 50,000 x 50,000: 12.5 ms against 9.0 ms with register loads; bench/RESULTS.md).
 inline constexpr int kSpecializedStages = 0;
-// Batches per iteration of their batched loop (codegen::CudaEmitOptions::loop_copies).
-inline constexpr int kSpecializedLoopCopies = 1;
 inline constexpr int kSpecializedStagedUnroll = 8;
+// Batches per iteration of their batched loop (codegen::CudaEmitOptions::loop_copies; 2 measured 9.6
+// against 8.9 ms).
+inline constexpr int kSpecializedLoopCopies = 1;
 
 // Code-generation settings that are not in CompileOptions (benchmark knobs), read from the environment.
 struct CudaSettings {
