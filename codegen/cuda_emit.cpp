@@ -237,7 +237,7 @@ private:
         }
         // Each row of a batch is a copy of the body: big bodies (many fused outputs) batch fewer rows, so
         // NVRTC's time stays reasonable; they have many loads per row in flight anyway.
-        big_body_ = n_live > kBigBody;
+        big_body_ = n_live > kBigBody && !o_.big_body_shapes;
         if (n_live > 1500) U_ = 1;
         else if (n_live > 600) U_ = std::min(U_, 2);
         else if (n_live > kBigBody) U_ = std::min(U_, 4);

@@ -82,6 +82,9 @@ struct CudaEmitOptions {
     int async_stages = 0;
     // With fixed leading dimensions and register loads: batches per iteration of the batched loop (>= 1).
     int loop_copies = 1;
+    // Diagnosis only: give bodies of more than 300 live instructions the guarded warm-up batches and
+    // fj_rsqrt too, the shapes ptxas -O2/-O3 miscompiled on the H200 (bench/RESULTS.md).
+    bool big_body_shapes = false;
 };
 
 // Staging costs more shared memory per thread than this: the kernel loads into registers instead

@@ -230,7 +230,8 @@ TEST_CASE("cache keys separate dtype, arch and code-generation settings") {
     CHECK(cu::cuda_kernel_key(k, fj::DType::F32, "sm_90", true, s, {64, 64}) !=
           cu::cuda_kernel_key(k, fj::DType::F32, "sm_90", true, s, {64, 65}));
     for (auto change : {+[](cu::CudaSettings& x) { x.stages = 2; }, +[](cu::CudaSettings& x) { x.copies = 2; },
-                        +[](cu::CudaSettings& x) { x.extra_options = {"--ptxas-options=-O1"}; }}) {
+                        +[](cu::CudaSettings& x) { x.extra_options = {"--ptxas-options=-O1"}; },
+                        +[](cu::CudaSettings& x) { x.big_body_shapes = true; }}) {
         s2 = s;
         change(s2);
         CHECK(cu::cuda_kernel_key(k, fj::DType::F32, "sm_90", true, s, {64, 64}) !=
@@ -289,6 +290,11 @@ TEST_CASE("big bodies keep the codegen v5 shapes (no fj_rsqrt, no warm-up batche
     const std::string src = fj::codegen::emit_cuda(plan.regions[0].kernel, o);
     CHECK(src.find("fj_rsqrt(") == std::string::npos);
     CHECK(src.find("warm_end; t +=") == std::string::npos);
+    // The diagnosis switch gives them back (to reproduce the miscompile, bench/RESULTS.md).
+    o.big_body_shapes = true;
+    const std::string diag = fj::codegen::emit_cuda(plan.regions[0].kernel, o);
+    CHECK(diag.find("fj_rsqrt(") != std::string::npos);
+    CHECK(diag.find("warm_end; t +=") != std::string::npos);
 }
 
 TEST_CASE("arch parsing") {

@@ -54,6 +54,7 @@ CudaSettings CudaSettings::from_env() {
     s.l2_prefetch = env_int("FJ_CUDA_PREFETCH", -1, -1, 4096);
     s.stages = env_int("FJ_CUDA_STAGES", kSpecializedStages, 0, 4);
     s.copies = env_int("FJ_CUDA_COPIES", kSpecializedLoopCopies, 1, 4);
+    s.big_body_shapes = env_int("FJ_CUDA_BIG_BODY_SHAPES", 0, 0, 1) != 0;
     if (const char* v = std::getenv("FJ_NVRTC_OPTIONS")) {
         std::istringstream words(v);
         for (std::string w; words >> w;) s.extra_options.push_back(w);
@@ -72,9 +73,10 @@ std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::st
     const Nvrtc& n = nvrtc_api();
     std::string opts;
     for (const std::string& o : nvrtc_options(arch, settings)) opts += o + ' ';
-    return fmt::format("fj-cuda ir={:016x} dtype={} codegen={} target={}{} nvrtc={} opts=[{}] unroll={} ringreg={}",
+    return fmt::format("fj-cuda ir={:016x} dtype={} codegen={} target={}{} nvrtc={} opts=[{}] unroll={} ringreg={}{}",
                        kernel.hash(), dtype_name(dtype), codegen::kCudaCodegenVersion, arch, cubin ? "" : "(ptx)",
-                       n.version, opts, settings.unroll, settings.reg_ring_max) +
+                       n.version, opts, settings.unroll, settings.reg_ring_max,
+                       settings.big_body_shapes ? " bigbodyshapes" : "") +
            (strides.empty() ? std::string()
                             : fmt::format(" ld=[{}] l2pf={} stages={} copies={}", fmt::join(strides, ","),
                                           settings.l2_prefetch, settings.stages, settings.copies));
@@ -87,6 +89,7 @@ codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype
     eo.unroll = settings.unroll;
     eo.reg_ring_max = settings.reg_ring_max;
     eo.strides = strides;
+    eo.big_body_shapes = settings.big_body_shapes;
     if (strides.empty()) return eo;
     eo.l2_prefetch_rows = settings.l2_prefetch < 0 ? kSpecializedL2Prefetch : settings.l2_prefetch;
     eo.loop_copies = settings.copies;

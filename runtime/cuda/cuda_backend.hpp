@@ -18,6 +18,7 @@
 //   FJ_CUDA_STAGES      batches those kernels stage in shared memory with cp.async (default 0: loads
 //                       into registers, 16 rows per batch; 2 or more: staged, 8 rows per batch)
 //   FJ_CUDA_COPIES      batches per iteration of those kernels' batched loop (register loads; default 1)
+//   FJ_CUDA_BIG_BODY_SHAPES  1: big fused kernels get the shapes ptxas miscompiled (diagnosis)
 //   FJ_NVRTC_OPTIONS    extra NVRTC options, space-separated (e.g. "-Xptxas -O1"; diagnosis)
 //   FJ_CUDA_SMEM        unused dynamic shared memory per block, in bytes (default 0): caps the blocks
 //                       resident on an SM, for experiments with L2 residency of long windows
@@ -67,6 +68,7 @@ struct CudaSettings {
     int fixed_ld = -1;  // kernels specialised on the panels' leading dimensions: -1 for big panels, 0 never, 1 always
     int stages = kSpecializedStages;  // see codegen::CudaEmitOptions::async_stages (specialised kernels only)
     int copies = kSpecializedLoopCopies;  // FJ_CUDA_COPIES
+    bool big_body_shapes = false;         // FJ_CUDA_BIG_BODY_SHAPES=1 (diagnosis, see codegen::CudaEmitOptions)
     std::vector<std::string> extra_options;  // FJ_NVRTC_OPTIONS, appended to NVRTC's (part of the cache key)
     static CudaSettings from_env();
 };
