@@ -87,6 +87,7 @@ private:
     std::vector<RingInfo> rings_;
     std::set<std::pair<int, int>> loads_;  // (input slot, lag) pairs read by the body
     bool guarded_ = false;                 // emitting the pass's first rows (see kernel())
+    bool tail_ = false;                    // emitting the pass's last, partial batch (see kernel())
     // Bodies of more than kBigBody live instructions (many fused outputs) keep the code shape of codegen
     // v5: with the guarded warm-up batches or fj_rsqrt, two such kernels (every operator in one program,
     // float32, fixed leading dimensions) stored wrong comparison results on the H200 when ptxas optimised
@@ -649,7 +650,11 @@ private:
 
     void kernel() {
         const int halo = std::max(0, k_.halo);
-        line(0, "extern \"C\" __global__ void {}(const fj_params_{} p) {{", name_, name_);
+        if (o_.max_threads > 0)  // registers capped so that blocks of max_threads fit (ptxas spills instead)
+            line(0, "extern \"C\" __global__ void __launch_bounds__({}) {}(const fj_params_{} p) {{", o_.max_threads,
+                 name_, name_);
+        else
+            line(0, "extern \"C\" __global__ void {}(const fj_params_{} p) {{", name_, name_);
         line(1, "const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;");
         line(1, "if (j >= p.cols) return;");
         if (stages_ > 0) {
@@ -709,15 +714,17 @@ private:
         const bool warm_batches = !o_.strides.empty() && U_ > 1 && !loads_.empty() && !big_body_;
         if (warm_batches) {
             // Kernels for big panels: those rows in guarded batches first (loads of a batch issued
-            // together), then one at a time for what is left. One at a time, each row waits for its own
-            // loads: about 10 % of the samples of corr w=20 on 152-row tiles (bench/RESULTS.md), and a
-            // long window's first rows are a large share of its tiles.
+            // together; with batched_edges the last batch may run past them, guarded code being right on
+            // any row), then one at a time for what is left. One at a time, each row waits for its own loads: about 10 % of
+            // the samples of corr w=20 on 152-row tiles (bench/RESULTS.md), and a long window's first rows
+            // are a large share of its tiles.
             line(2, "{{");
             line(3, "const long long warm_end = min(row_end, max(out_begin, row_begin + {}LL));", max_lag);
             line(3, "#pragma unroll 1");
-            line(3, "for (; t + {} <= warm_end; t += {}) {{", U_, U_);
+            if (o_.batched_edges) line(3, "for (; t < warm_end && t + {} <= row_end; t += {}) {{", U_, U_);
+            else line(3, "for (; t + {} <= warm_end; t += {}) {{", U_, U_);
             guarded_ = true;
-            loads(4, U_, true);
+            loads(4, U_, Rows::First);
             for (int u = 0; u < U_; ++u) step(4, u);
             advance(4, U_);
             guarded_ = false;
@@ -738,7 +745,7 @@ private:
         line(2, "#pragma unroll 1");
         line(2, "for (; t < row_end && (t < out_begin || t < row_begin + {}{}); ++t) {{", max_lag, unset);
         guarded_ = true;
-        loads(3, 1, true);
+        loads(3, 1, Rows::First);
         step(3, 0);
         advance(3, 1);
         guarded_ = false;
@@ -755,18 +762,33 @@ private:
                 // whose cold compile time it would double.
                 line(2, "#pragma unroll 1");
                 line(2, "for (; t + {} <= row_end; t += {}) {{", U_, U_);
-                loads(3, U_, false);
+                loads(3, U_, Rows::Inside);
                 for (int u = 0; u < U_; ++u) step(3, u);
                 advance(3, U_);
                 line(2, "}}");
             }
         }
-        line(2, "#pragma unroll 1");
-        line(2, "for (; t < row_end; ++t) {{");
-        loads(3, 1, false);
-        step(3, 0);
-        advance(3, 1);
-        line(2, "}}");
+        if (warm_batches && o_.batched_edges) {
+            // The last rows (fewer than U) in masked batches of at most 4 (few registers): rows from
+            // row_end on are neither read (NaN) nor stored, and what they do to the states is dropped with
+            // the pass.
+            const int V = std::min(U_, 4);
+            line(2, "#pragma unroll 1");
+            line(2, "for (; t < row_end; t += {}) {{", V);
+            loads(3, V, Rows::Tail);
+            tail_ = true;
+            for (int u = 0; u < V; ++u) step(3, u);
+            tail_ = false;
+            advance(3, V);
+            line(2, "}}");
+        } else {
+            line(2, "#pragma unroll 1");
+            line(2, "for (; t < row_end; ++t) {{");
+            loads(3, 1, Rows::Inside);
+            step(3, 0);
+            advance(3, 1);
+            line(2, "}}");
+        }
         line(1, "}}");
         line(0, "}}");
     }
@@ -865,17 +887,23 @@ private:
     static std::string load_name(int slot, int off) {
         return off >= 0 ? fmt::format("x{}_{}", slot, off) : fmt::format("x{}_m{}", slot, -off);
     }
-    void loads(int ind, int rows, bool guarded) {
+    // Which rows of a batch may lie outside the panel's pass: none (Inside), those before the panel's
+    // first row (First: a pass's first rows), or those from row_end on (Tail: the last, partial batch).
+    // Those read as NaN; the pointer is never dereferenced there.
+    enum class Rows { Inside, First, Tail };
+    void loads(int ind, int rows, Rows where) {
         std::set<std::pair<int, int>> done;
         for (int u = 0; u < rows; ++u)
             for (const auto& [slot, lag] : loads_) {
                 const int off = u - lag;
                 if (!done.insert({slot, off}).second) continue;
                 const std::string addr = load_addr(slot, off);
-                if (off >= 0 || !guarded)
-                    line(ind, "const {} {} = {};", T_, load_name(slot, off), addr);
-                else  // rows before the panel's first read as NaN (the pointer is never dereferenced there)
+                if (where == Rows::First && off < 0)
                     line(ind, "const {} {} = t >= {} ? {} : ({})FJ_NAN;", T_, load_name(slot, off), -off, addr, T_);
+                else if (where == Rows::Tail && off > 0)
+                    line(ind, "const {} {} = t + {} < row_end ? {} : ({})FJ_NAN;", T_, load_name(slot, off), off, addr, T_);
+                else
+                    line(ind, "const {} {} = {};", T_, load_name(slot, off), addr);
             }
     }
 
@@ -949,6 +977,7 @@ private:
     void store_output(int ind, int u, int slot, const std::string& value) {
         const std::string at = u == 0 ? std::string("0") : fmt::format("{}LL * ld_out{}", u, slot);
         if (guarded_) line(ind, "if ({} >= out_begin) out{}[{}] = {};", row(u), slot, at, value);
+        else if (tail_ && u > 0) line(ind, "if ({} < row_end) out{}[{}] = {};", row(u), slot, at, value);
         else line(ind, "out{}[{}] = {};", slot, at, value);
     }
 

@@ -82,6 +82,13 @@ struct CudaEmitOptions {
     int async_stages = 0;
     // With fixed leading dimensions and register loads: batches per iteration of the batched loop (>= 1).
     int loop_copies = 1;
+    // Experiments (measured in a later visit): with fixed leading dimensions, a pass's last rows as one
+    // masked batch and warm-up batches that may run past the warm-up rows, instead of one row at a time
+    // (tried as default on 2026-11-29: it raised the G1 kernel's registers past 128, 384 threads per SM
+    // instead of 512, 9.70 against 8.86 ms); and __launch_bounds__(max_threads) on the kernel (0: none),
+    // which caps its registers so that such a block fits.
+    bool batched_edges = false;
+    int max_threads = 0;
     // Diagnosis only: give bodies of more than 300 live instructions the guarded warm-up batches and
     // fj_rsqrt too, the shapes ptxas -O2/-O3 miscompiled on the H200 (bench/RESULTS.md).
     bool big_body_shapes = false;

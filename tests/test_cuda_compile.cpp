@@ -231,7 +231,9 @@ TEST_CASE("cache keys separate dtype, arch and code-generation settings") {
           cu::cuda_kernel_key(k, fj::DType::F32, "sm_90", true, s, {64, 65}));
     for (auto change : {+[](cu::CudaSettings& x) { x.stages = 2; }, +[](cu::CudaSettings& x) { x.copies = 2; },
                         +[](cu::CudaSettings& x) { x.extra_options = {"--ptxas-options=-O1"}; },
-                        +[](cu::CudaSettings& x) { x.big_body_shapes = true; }}) {
+                        +[](cu::CudaSettings& x) { x.big_body_shapes = true; },
+                        +[](cu::CudaSettings& x) { x.batched_edges = true; },
+                        +[](cu::CudaSettings& x) { x.launch_bounds = 512; }}) {
         s2 = s;
         change(s2);
         CHECK(cu::cuda_kernel_key(k, fj::DType::F32, "sm_90", true, s, {64, 64}) !=
@@ -269,6 +271,18 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         const auto f64 = cu::compile_cuda_kernels(ks, fj::DType::F64, "sm_90", true, st, 50000);
         CHECK(f64[0].smem_per_thread == 0);
         CHECK(f64[0].source.find("cp.async") == std::string::npos);
+    }
+    SUBCASE("masked edge batches, launch bounds") {
+        cu::CudaSettings e;
+        e.batched_edges = true;
+        e.launch_bounds = 512;
+        const auto edges = cu::compile_cuda_kernels(ks, fj::DType::F32, "sm_90", true, e, 50000);
+        REQUIRE(edges.size() == 1);
+        CHECK(edges[0].source.find("__launch_bounds__(512)") != std::string::npos);
+        CHECK(edges[0].source.find("< row_end ? in0[") != std::string::npos);  // the last rows' masked loads
+        CHECK(edges[0].source.find("t < warm_end && t + 16 <= row_end") != std::string::npos);
+        CHECK(edges[0].registers > 0);
+        CHECK(edges[0].registers <= 128);
     }
     SUBCASE("two batches per loop iteration") {
         cu::CudaSettings c2;

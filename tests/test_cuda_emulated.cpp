@@ -85,9 +85,10 @@ public:
             if (ld_in > 0) {
                 o.l2_prefetch_rows = 5;
                 // float32: loads staged in "shared memory" (kernels with too many fall back to registers);
-                // float64: register loads, two batches per loop iteration.
+                // float64: register loads, two batches per loop iteration; both with batched edges.
                 o.async_stages = dtype == fj::DType::F32 ? 3 : 0;
                 o.loop_copies = 2;
+                o.batched_edges = true;  // first and last rows of a pass in (masked) batches
                 o.strides.assign(k.inputs.size(), ld_in);
                 o.strides.insert(o.strides.end(), k.outputs.size(), ld_out);
             }

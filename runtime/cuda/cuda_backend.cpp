@@ -55,6 +55,9 @@ CudaSettings CudaSettings::from_env() {
     s.stages = env_int("FJ_CUDA_STAGES", kSpecializedStages, 0, 4);
     s.copies = env_int("FJ_CUDA_COPIES", kSpecializedLoopCopies, 1, 4);
     s.big_body_shapes = env_int("FJ_CUDA_BIG_BODY_SHAPES", 0, 0, 1) != 0;
+    s.batched_edges = env_int("FJ_CUDA_EDGES", 0, 0, 1) != 0;
+    s.launch_bounds = env_int("FJ_CUDA_LAUNCH_BOUNDS", 0, 0, 1024);
+    if (s.launch_bounds % 32) throw Error(fmt::format("FJ_CUDA_LAUNCH_BOUNDS={} is not a multiple of 32", s.launch_bounds));
     if (const char* v = std::getenv("FJ_NVRTC_OPTIONS")) {
         std::istringstream words(v);
         for (std::string w; words >> w;) s.extra_options.push_back(w);
@@ -78,8 +81,9 @@ std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::st
                        n.version, opts, settings.unroll, settings.reg_ring_max,
                        settings.big_body_shapes ? " bigbodyshapes" : "") +
            (strides.empty() ? std::string()
-                            : fmt::format(" ld=[{}] l2pf={} stages={} copies={}", fmt::join(strides, ","),
-                                          settings.l2_prefetch, settings.stages, settings.copies));
+                            : fmt::format(" ld=[{}] l2pf={} stages={} copies={} edges={} lb={}", fmt::join(strides, ","),
+                                          settings.l2_prefetch, settings.stages, settings.copies,
+                                          settings.batched_edges, settings.launch_bounds));
 }
 
 codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype, const CudaSettings& settings,
@@ -93,6 +97,8 @@ codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype
     if (strides.empty()) return eo;
     eo.l2_prefetch_rows = settings.l2_prefetch < 0 ? kSpecializedL2Prefetch : settings.l2_prefetch;
     eo.loop_copies = settings.copies;
+    eo.batched_edges = settings.batched_edges;
+    eo.max_threads = settings.launch_bounds;
     if (settings.stages >= 2) {
         codegen::CudaEmitOptions staged = eo;
         staged.async_stages = settings.stages;
