@@ -43,14 +43,14 @@ static inline float __int_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4)
 #define FJ_PREFETCH_L1(a) ((void)(a))
 #define __device__
 #define __forceinline__ inline
-// The hardware estimate (relative error below 2^-22) as a float32 rounding of the exact value, so that the
-// refinement after it is what makes results right.
 // Staged loads: a plain copy into a static array standing for the block's shared memory.
 #define FJ_CP_ASYNC(dst, src) std::memcpy(fj_smem + (dst), (src), sizeof(*(src)))
 #define FJ_CP_COMMIT() ((void)0)
 #define FJ_CP_WAIT(n) ((void)0)
 #define FJ_SMEM_DECL alignas(16) static unsigned char fj_smem[1 << 20]
 #define FJ_SHARED_ADDR(p) ((unsigned)(reinterpret_cast<const unsigned char*>(p) - fj_smem))
+// The hardware estimate (relative error below 2^-22) as a float32 rounding of the exact value, so that the
+// refinement after it is what makes results right.
 #define FJ_RSQRT_ESTIMATE(y, a) ((y) = (double)(float)(1.0 / std::sqrt(a)))
 using std::min; using std::max;
 static inline int __double2hiint(double d) { long long v; std::memcpy(&v, &d, 8); return (int)(v >> 32); }
