@@ -247,12 +247,10 @@ private:
         narrow_values();
         sticky_states();
         async_plan();
-        fast_rsqrt_ = o_.dtype == DType::F32 && !big_body_;
-        if (fast_rsqrt_) {
-            bool any = false;
-            for (std::size_t i = 0; i < k_.body.size(); ++i) any = any || (live_[i] && k_.body[i].op == Prim::RSqrt);
-            fast_rsqrt_ = any;
-        }
+        fast_rsqrt_ = o_.dtype == DType::F32 && !big_body_ &&
+                      std::any_of(k_.body.begin(), k_.body.end(), [&](const Inst& x) {
+                          return x.op == Prim::RSqrt && live_[static_cast<std::size_t>(&x - k_.body.data())];
+                      });
     }
 
     // Kernels with fixed leading dimensions can stage the batched loop's loads in shared memory with
@@ -263,8 +261,12 @@ private:
     // (Measured slower than register loads for corr on the H200, 12.5 against 8.9 ms: an option.)
     // Each thread owns a slice of stage_stride_ elements (odd, so a warp's accesses hit 32 different
     // banks) and reads only what it copied: no barrier between threads.
+public:
+    static bool staging_requested(const CudaEmitOptions& o) { return !o.strides.empty() && o.async_stages >= 2; }
+
+private:
     void async_plan() {
-        if (o_.strides.empty() || o_.async_stages < 2 || U_ < 2 || loads_.empty()) return;
+        if (!staging_requested(o_) || U_ < 2 || loads_.empty()) return;
         std::set<std::pair<int, int>> seen;
         for (int u = 0; u < U_; ++u)
             for (const auto& [slot, lag] : loads_)
@@ -1207,6 +1209,8 @@ std::string cuda_kernel_name(const ir::Kernel& kernel) {
 }
 
 int cuda_shared_bytes_per_thread(const ir::Kernel& kernel, const CudaEmitOptions& options) {
+    // Without staging there is nothing to analyse (the common case: no emitter pass over the body).
+    if (!Emitter::staging_requested(options)) return 0;
     return Emitter(kernel, options).shared_bytes_per_thread();
 }
 
