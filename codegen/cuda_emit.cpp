@@ -96,6 +96,8 @@ private:
     static constexpr std::size_t kBigBody = 300;
     bool big_body_ = false;
     bool fast_rsqrt_ = false;              // float32 RSqrt as fj_rsqrt (see header())
+    bool hints_ = false;                   // L2 eviction hints in the batched loop (CudaEmitOptions::cache_hints)
+    bool stream_stores_ = false;           // while emitting it: outputs stored with st.global.cs
     std::vector<bool> live_;               // instructions whose value an effect needs
     // Integer-valued values (counts, row numbers, 0/1 flags as numbers), kept in 64-bit integers: their
     // arithmetic and comparisons then run on the integer pipes instead of the float64 one, with the same
@@ -247,6 +249,7 @@ private:
         narrow_values();
         sticky_states();
         async_plan();
+        hints_ = o_.cache_hints && !o_.strides.empty();
         fast_rsqrt_ = o_.dtype == DType::F32 && !big_body_ &&
                       std::any_of(k_.body.begin(), k_.body.end(), [&](const Inst& x) {
                           return x.op == Prim::RSqrt && live_[static_cast<std::size_t>(&x - k_.body.data())];
@@ -621,6 +624,18 @@ private:
             line(0, "#define FJ_SHARED_ADDR(p) ((unsigned)__cvta_generic_to_shared(p))");
             line(0, "#endif");
         }
+        if (hints_) {
+            // (Macros, so that host tests can stand in for them.)
+            const char* ty = o_.dtype == DType::F32 ? "f32" : "f64";
+            const char* con = o_.dtype == DType::F32 ? "f" : "d";
+            line(0, "#ifndef FJ_LD_KEEP");
+            line(0, "#define FJ_POLICY_KEEP(pol) asm(\"createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\" : \"=l\"(pol))");
+            line(0, "#define FJ_LD_KEEP(v, a, pol) asm(\"ld.global.L2::cache_hint.{} %0, [%1], %2;\" : \"={}\"(v) : \"l\"(a), \"l\"(pol))",
+                 ty, con);
+            line(0, "#define FJ_LD_LAST(v, a) asm(\"ld.global.cs.{} %0, [%1];\" : \"={}\"(v) : \"l\"(a))", ty, con);
+            line(0, "#define FJ_ST_STREAM(a, v) asm volatile(\"st.global.cs.{} [%0], %1;\" :: \"l\"(a), \"{}\"(v))", ty, con);
+            line(0, "#endif");
+        }
         if (fast_rsqrt_) {
             // CUDA's rsqrt(double) is this estimate and cubic correction plus a range check that calls a
             // slow path (subnormal, huge and special arguments): a branch and a convergence barrier per
@@ -670,6 +685,10 @@ private:
         if (fixed && o_.strides.size() != ni + no)
             throw BackendError(fmt::format("CUDA emitter: kernel {}: {} fixed strides for {} panels", k_.name,
                                            o_.strides.size(), ni + no));
+        if (hints_) {
+            line(1, "unsigned long long fj_keep;  // L2 policy: evict last");
+            line(1, "FJ_POLICY_KEEP(fj_keep);");
+        }
         for (std::size_t i = 0; i < ni; ++i)
             line(1, "const long long ld_in{} = {};", i, fixed ? fmt::format("{}LL", o_.strides[i]) : fmt::format("p.in_ld{}", i));
         for (std::size_t i = 0; i < no; ++i)
@@ -828,24 +847,51 @@ private:
         std::map<std::pair<int, int>, int> last_use;  // (input, row offset) -> last batch row reading it
         for (int u = 0; u < U_; ++u)
             for (const auto& [slot, lag] : loads_) last_use[{slot, u - lag}] = u;
+        const std::map<std::pair<int, int>, Reuse> reuse = hints_ ? row_reuse(last_use) : decltype(reuse){};
+        auto load = [&](int ind, bool declare, const std::pair<int, int>& key, int rows_on) {
+            const std::string name = load_name(key.first, key.second), addr = load_addr(key.first, key.second + rows_on);
+            const std::string decl = declare ? std::string(T_) + " " : std::string();
+            const auto r = reuse.find(key);
+            if (r == reuse.end() || r->second == Reuse::Again) line(ind, "{}{} = {};", decl, name, addr);
+            else if (declare) line(ind, "{} {};", T_, name);
+            if (r != reuse.end() && r->second == Reuse::Later) line(ind, "FJ_LD_KEEP({}, &{}, fj_keep);", name, addr);
+            if (r != reuse.end() && r->second == Reuse::Never) line(ind, "FJ_LD_LAST({}, &{});", name, addr);
+        };
         line(2, "if (t + {} <= row_end) {{", (C + 1) * U_);
-        for (const auto& [key, u_last] : last_use)
-            line(3, "{} {} = {};", T_, load_name(key.first, key.second), load_addr(key.first, key.second));
+        for (const auto& [key, u_last] : last_use) load(3, true, key, 0);
         const std::set<int> pf_inputs = l2_prefetched();
         batch_loop_begin((C + 1) * U_, pf_inputs, C);
+        stream_stores_ = hints_;
         for (int c = 0; c < C; ++c) {
             if (c > 0) line(4, "t += {};", U_);
             for (int u = 0; u < U_; ++u) {
                 step(4, u);
                 for (const auto& [key, u_last] : last_use)
-                    if (u_last == u)
-                        line(4, "{} = {};", load_name(key.first, key.second), load_addr(key.first, key.second + U_));
+                    if (u_last == u) load(4, false, key, U_);
                 l2_prefetch_row(u, pf_inputs);
             }
             advance(4, U_);
         }
+        stream_stores_ = false;
         line(3, "}}");
         line(2, "}}");
+    }
+
+    // Whether this thread reads a row again after a load of the rolling prefetch: the loads of one row
+    // are the keys of an input whose offsets agree modulo U (key `off` loads row t + off + U of batch t),
+    // the largest offset first. Later: a later load reads it again; Never: the row's last read (or its
+    // only one); Again: neither first nor last.
+    enum class Reuse { Later, Never, Again };
+    std::map<std::pair<int, int>, Reuse> row_reuse(const std::map<std::pair<int, int>, int>& keys) const {
+        std::map<std::pair<int, int>, std::vector<int>> rows;  // (input, offset mod U) -> offsets
+        for (const auto& [key, u] : keys) rows[{key.first, ((key.second % U_) + U_) % U_}].push_back(key.second);
+        std::map<std::pair<int, int>, Reuse> r;
+        for (const auto& [group, offs] : rows) {
+            const auto [lo, hi] = std::minmax_element(offs.begin(), offs.end());
+            for (int off : offs)
+                r[{group.first, off}] = off == *lo ? Reuse::Never : off == *hi ? Reuse::Later : Reuse::Again;
+        }
+        return r;
     }
 
     // Loads staged in shared memory (async_plan()): batch k + stages - 1 is copied while batch k computes
@@ -980,6 +1026,7 @@ private:
         const std::string at = u == 0 ? std::string("0") : fmt::format("{}LL * ld_out{}", u, slot);
         if (guarded_) line(ind, "if ({} >= out_begin) out{}[{}] = {};", row(u), slot, at, value);
         else if (tail_ && u > 0) line(ind, "if ({} < row_end) out{}[{}] = {};", row(u), slot, at, value);
+        else if (stream_stores_) line(ind, "FJ_ST_STREAM(&out{}[{}], {});", slot, at, value);
         else line(ind, "out{}[{}] = {};", slot, at, value);
     }
 

@@ -89,6 +89,11 @@ struct CudaEmitOptions {
     // which caps its registers so that such a block fits.
     bool batched_edges = false;
     int max_threads = 0;
+    // With fixed leading dimensions: L2 eviction hints in the batched loop. A row this thread reads again
+    // later (a window's entering row, read again as it leaves) loads with evict_last, its last read and
+    // rows read once with evict_first (ld.global.cs), and outputs are stored with st.global.cs, so that
+    // L2 keeps the rows a long window reads again instead of the streams that pass through it.
+    bool cache_hints = false;
     // Diagnosis only: give bodies of more than 300 live instructions the guarded warm-up batches and
     // fj_rsqrt too, the shapes ptxas -O2/-O3 miscompiled on the H200 (bench/RESULTS.md).
     bool big_body_shapes = false;

@@ -233,7 +233,8 @@ TEST_CASE("cache keys separate dtype, arch and code-generation settings") {
                         +[](cu::CudaSettings& x) { x.extra_options = {"--ptxas-options=-O1"}; },
                         +[](cu::CudaSettings& x) { x.big_body_shapes = true; },
                         +[](cu::CudaSettings& x) { x.batched_edges = true; },
-                        +[](cu::CudaSettings& x) { x.launch_bounds = 512; }}) {
+                        +[](cu::CudaSettings& x) { x.launch_bounds = 512; },
+                        +[](cu::CudaSettings& x) { x.cache_hints = true; }}) {
         s2 = s;
         change(s2);
         CHECK(cu::cuda_kernel_key(k, fj::DType::F32, "sm_90", true, s, {64, 64}) !=
@@ -283,6 +284,22 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         CHECK(edges[0].source.find("t < warm_end && t + 16 <= row_end") != std::string::npos);
         CHECK(edges[0].registers > 0);
         CHECK(edges[0].registers <= 128);
+    }
+    SUBCASE("L2 eviction hints") {
+        cu::CudaSettings h;
+        h.cache_hints = true;
+        for (fj::DType dt : {fj::DType::F32, fj::DType::F64}) {
+            const auto hinted = cu::compile_cuda_kernels(ks, dt, "sm_90", true, h, 50000);
+            REQUIRE(hinted.size() == 1);
+            const std::string& src = hinted[0].source;
+            // w = 20, 16 rows per batch: each input's rows t+16..t+31 are loaded to be kept (read again as
+            // they leave the window), rows t-4..t+11 for the last time; outputs are streamed.
+            CHECK(src.find("FJ_LD_KEEP(x1_15, &in1[31LL * ld_in1], fj_keep);") != std::string::npos);
+            CHECK(src.find("FJ_LD_LAST(x0_m20, &in0[-4LL * ld_in0]);") != std::string::npos);
+            CHECK(src.find("FJ_ST_STREAM(&out0[") != std::string::npos);
+            CHECK(src.find("createpolicy.fractional.L2::evict_last") != std::string::npos);
+            CHECK(hinted[0].registers > 0);
+        }
     }
     SUBCASE("two batches per loop iteration") {
         cu::CudaSettings c2;

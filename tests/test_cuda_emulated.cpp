@@ -41,6 +41,10 @@ static inline long long __double_as_longlong(double d) { long long v; std::memcp
 static inline float __int_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
 #define FJ_PREFETCH_L2(a) ((void)(a))
 #define FJ_PREFETCH_L1(a) ((void)(a))
+#define FJ_POLICY_KEEP(pol) ((pol) = 0)
+#define FJ_LD_KEEP(v, a, pol) ((v) = *(a))
+#define FJ_LD_LAST(v, a) ((v) = *(a))
+#define FJ_ST_STREAM(a, v) (*(a) = (v))
 #define __device__
 #define __forceinline__ inline
 // Staged loads: a plain copy into a static array standing for the block's shared memory.
@@ -89,6 +93,7 @@ public:
                 o.async_stages = dtype == fj::DType::F32 ? 3 : 0;
                 o.loop_copies = 2;
                 o.batched_edges = true;  // first and last rows of a pass in (masked) batches
+                o.cache_hints = true;    // hinted loads and stores in the register-load batched loop
                 o.strides.assign(k.inputs.size(), ld_in);
                 o.strides.insert(o.strides.end(), k.outputs.size(), ld_out);
             }

@@ -57,6 +57,7 @@ CudaSettings CudaSettings::from_env() {
     s.big_body_shapes = env_int("FJ_CUDA_BIG_BODY_SHAPES", 0, 0, 1) != 0;
     s.batched_edges = env_int("FJ_CUDA_EDGES", 0, 0, 1) != 0;
     s.launch_bounds = env_int("FJ_CUDA_LAUNCH_BOUNDS", 0, 0, 1024);
+    s.cache_hints = env_int("FJ_CUDA_CACHE_HINTS", 0, 0, 1) != 0;
     if (s.launch_bounds % 32) throw Error(fmt::format("FJ_CUDA_LAUNCH_BOUNDS={} is not a multiple of 32", s.launch_bounds));
     if (const char* v = std::getenv("FJ_NVRTC_OPTIONS")) {
         std::istringstream words(v);
@@ -81,9 +82,10 @@ std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::st
                        n.version, opts, settings.unroll, settings.reg_ring_max,
                        settings.big_body_shapes ? " bigbodyshapes" : "") +
            (strides.empty() ? std::string()
-                            : fmt::format(" ld=[{}] l2pf={} stages={} copies={} edges={} lb={}", fmt::join(strides, ","),
-                                          settings.l2_prefetch, settings.stages, settings.copies,
-                                          settings.batched_edges, settings.launch_bounds));
+                            : fmt::format(" ld=[{}] l2pf={} stages={} copies={} edges={} lb={} hints={}",
+                                          fmt::join(strides, ","), settings.l2_prefetch, settings.stages,
+                                          settings.copies, settings.batched_edges, settings.launch_bounds,
+                                          settings.cache_hints));
 }
 
 codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype, const CudaSettings& settings,
@@ -99,6 +101,7 @@ codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype
     eo.loop_copies = settings.copies;
     eo.batched_edges = settings.batched_edges;
     eo.max_threads = settings.launch_bounds;
+    eo.cache_hints = settings.cache_hints;
     if (settings.stages >= 2) {
         codegen::CudaEmitOptions staged = eo;
         staged.async_stages = settings.stages;

@@ -20,6 +20,7 @@
 //   FJ_CUDA_COPIES      batches per iteration of those kernels' batched loop (register loads; default 1)
 //   FJ_CUDA_EDGES       1: those kernels run a pass's first and last rows in masked batches (experiment)
 //   FJ_CUDA_LAUNCH_BOUNDS  N: those kernels declare __launch_bounds__(N) (register cap; experiment)
+//   FJ_CUDA_CACHE_HINTS 1: those kernels give L2 eviction hints (keep rows read again; experiment)
 //   FJ_CUDA_BIG_BODY_SHAPES  1: big fused kernels get the shapes ptxas miscompiled (diagnosis)
 //   FJ_NVRTC_OPTIONS    extra NVRTC options, space-separated (e.g. "-Xptxas -O1"; diagnosis)
 //   FJ_CUDA_SMEM        unused dynamic shared memory per block, in bytes (default 0): caps the blocks
@@ -73,6 +74,7 @@ struct CudaSettings {
     bool big_body_shapes = false;         // FJ_CUDA_BIG_BODY_SHAPES=1 (diagnosis, see codegen::CudaEmitOptions)
     bool batched_edges = false;           // FJ_CUDA_EDGES=1 (specialised kernels; codegen::CudaEmitOptions)
     int launch_bounds = 0;                // FJ_CUDA_LAUNCH_BOUNDS=N (specialised kernels; max_threads)
+    bool cache_hints = false;             // FJ_CUDA_CACHE_HINTS=1 (specialised kernels; L2 eviction hints)
     std::vector<std::string> extra_options;  // FJ_NVRTC_OPTIONS, appended to NVRTC's (part of the cache key)
     static CudaSettings from_env();
 };
