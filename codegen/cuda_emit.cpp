@@ -661,7 +661,7 @@ private:
         for (std::size_t i = 0; i < k_.inputs.size(); ++i) line(1, "long long in_ld{};", i);
         for (std::size_t i = 0; i < k_.outputs.size(); ++i) line(1, "{}* out{};", T_, i);
         for (std::size_t i = 0; i < k_.outputs.size(); ++i) line(1, "long long out_ld{};", i);
-        line(1, "long long rows, cols, share_rows, work;");
+        line(1, "long long rows, cols, tile_rows, ntiles;");
         line(0, "}};");
     }
 
@@ -693,21 +693,19 @@ private:
             line(1, "const long long ld_out{} = {};", i,
                  fixed ? fmt::format("{}LL", o_.strides[ni + i]) : fmt::format("p.out_ld{}", i));
         // Work shares (runtime/cuda/launch_config.hpp): the (column block, row) pairs of the panel in
-        // column-block order, share_rows of them per block; a share is one or more passes over runs of
-        // rows of one column block, each at most cuda_max_pass_rows() long. Only `pos` (-1 after the
-        // share's last pass) lives across a pass, and the share's end is recomputed from it rather than
-        // hoisted: a loop that kept the end, or the share index, held more registers (130 and 142 instead
-        // of 128 for corr w=20: 384 threads per SM instead of 512).
-        line(1, "for (long long pos = (long long)blockIdx.x * p.share_rows; pos >= 0;) {{");
-        line(2, "const long long share_end = min(p.work, (pos / p.share_rows + 1) * p.share_rows);");
+        // column-block order, tile_rows of them per share; a share is one or more passes over runs of
+        // rows of one column block, each at most cuda_max_pass_rows() long.
+        line(1, "const long long total = ((long long)p.cols + blockDim.x - 1) / blockDim.x * p.rows;");
+        line(1, "for (long long share = blockIdx.x, pos = share * p.tile_rows; share < p.ntiles;) {{");
+        line(2, "const long long share_end = min(total, (share + 1) * p.tile_rows);");
         line(2, "const long long cb = pos / p.rows;  // column block");
         line(2, "const long long out_begin = pos - cb * p.rows;");
         line(2, "const long long row_end = min(min(p.rows, out_begin + (share_end - pos)), out_begin + {}LL);",
              o_.max_pass_rows > 0 ? o_.max_pass_rows : cuda_max_pass_rows(halo));
-        line(2, "pos = pos + (row_end - out_begin) < share_end ? pos + (row_end - out_begin) : -1;");
-        // Threads past the last column redo the last one (same values to the same addresses, which a
-        // warp's accesses coalesce): skipping the pass instead made `pos` divergent, 2 more registers.
-        line(2, "const long long j = min(cb * blockDim.x + threadIdx.x, p.cols - 1);");
+        line(2, "pos += row_end - out_begin;");
+        line(2, "if (pos >= share_end) {{ share += gridDim.x; pos = share * p.tile_rows; }}");
+        line(2, "const long long j = cb * blockDim.x + threadIdx.x;");
+        line(2, "if (j >= p.cols) continue;");
         line(2, "const long long row_begin = out_begin > {} ? out_begin - {} : 0;", halo, halo);
         for (std::size_t s = 0; s < k_.states.size(); ++s) {
             if (int_state_[s])

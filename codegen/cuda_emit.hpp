@@ -7,8 +7,8 @@
 //
 // Shape (DESIGN.md): a block owns a column block of blockDim.x adjacent columns, one per thread (every
 // row read is coalesced), for a run of rows. The grid is 1-D over work shares (launch_config.hpp): the
-// (column block, row) pairs in column-block order, share_rows pairs per share, block b running share b.
-// A share is one or more passes; a pass owns the output rows [out_begin, row_end) of
+// (column block, row) pairs in column-block order, tile_rows pairs per share, block b running shares b,
+// b + gridDim.x, ... A share is one or more passes; a pass owns the output rows [out_begin, row_end) of
 // its column block (at most cuda_max_pass_rows() of them) and runs the kernel's body from
 // row_begin = max(0, out_begin - halo) to row_end, so the first rows only warm the states up (the IR's
 // Output stores nothing before out_begin). States are local
@@ -47,7 +47,7 @@
 //     in_ld[0..ni) : long long  their leading dimensions (elements)
 //     out[0..no)   : T*         output panels, kernel.outputs order
 //     out_ld[0..no): long long
-//     rows, cols, share_rows, work : long long   ((column block, row) pairs per share, all pairs)
+//     rows, cols, tile_rows, ntiles : long long   (pairs per share, shares)
 // so the host fills a uint64_t array of cuda_param_words() words and passes its address.
 #pragma once
 

@@ -143,7 +143,7 @@ public:
         for (const auto& n : k.inputs) w.push_back(static_cast<std::uint64_t>(in.at(n).ld));
         for (const auto& n : k.outputs) w.push_back(reinterpret_cast<std::uint64_t>(out.at(n).data));
         for (const auto& n : k.outputs) w.push_back(static_cast<std::uint64_t>(out.at(n).ld));
-        for (std::int64_t v : {p0.rows, p0.cols, s.tile_rows, s.work}) w.push_back(static_cast<std::uint64_t>(v));
+        for (std::int64_t v : {p0.rows, p0.cols, s.tile_rows, s.ntiles}) w.push_back(static_cast<std::uint64_t>(v));
         fn(w.data(), static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.grid_y), static_cast<unsigned>(s.block));
     }
 

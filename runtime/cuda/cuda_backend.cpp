@@ -465,7 +465,7 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
         words_.push_back(static_cast<std::uint64_t>(rows));
         words_.push_back(static_cast<std::uint64_t>(cols));
         words_.push_back(static_cast<std::uint64_t>(s.tile_rows));
-        words_.push_back(static_cast<std::uint64_t>(s.work));
+        words_.push_back(static_cast<std::uint64_t>(s.ntiles));
         void* params[] = {words_.data()};
         FJ_CU(cuLaunchKernel, shape_fn_[i], static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.grid_y), 1u,
               static_cast<unsigned>(s.block), 1u, 1u, static_cast<unsigned>(shape_smem_[i]), stream_, params, nullptr);

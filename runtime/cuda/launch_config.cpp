@@ -32,12 +32,10 @@ LaunchShape choose_launch(const LaunchInput& in) {
     // Generated kernels count within a pass in 32-bit integers (codegen/cuda_emit.hpp); a pass is at
     // most a share long.
     share = std::clamp<std::int64_t>(share, 1, std::min<std::int64_t>(work, codegen::kCudaMaxTileRows));
-    share = std::max(share, ceil_div(work, std::max(1, in.max_grid_x)));  // one block per share
     s.tile_rows = share;
     s.ntiles = ceil_div(work, share);
-    s.grid_x = s.ntiles;
+    s.grid_x = std::min<std::int64_t>(s.ntiles, std::max(1, in.max_grid_x));
     s.grid_y = 1;
-    s.work = work;
     return s;
 }
 

@@ -2,8 +2,8 @@
 //
 // A thread owns a column of its block's column block and walks rows; a pass over a run of rows first
 // re-runs `halo` warm-up rows. The work, the (column block, row) pairs of the panel in column-block order,
-// is cut into equal shares of `tile_rows` pairs, one per block of the 1-D grid; a share is one pass, or
-// several where it crosses from one column block into the next or is longer than a pass may be
+// is cut into equal shares of `tile_rows` pairs; block b of the 1-D grid runs shares b, b + grid_x, ...
+// and a share is one pass, or several where it crosses from one column block into the next
 // (codegen/cuda_emit.hpp). The choice here:
 //   * block: the occupancy API's size for the kernel, shrunk (to a multiple of 32) when there are fewer
 //     columns than that, so that few-column panels spread over more SMs;
@@ -37,9 +37,8 @@ struct LaunchInput {
 
 struct LaunchShape {
     int block = 0;
-    std::int64_t grid_x = 0, grid_y = 0;  // grid_x == ntiles, grid_y 1
+    std::int64_t grid_x = 0, grid_y = 0;  // grid_x <= ntiles (the kernel strides over shares); grid_y 1
     std::int64_t tile_rows = 0, ntiles = 0;  // pairs per share, shares
-    std::int64_t work = 0;                   // (column block, row) pairs
 };
 
 // rows or cols == 0: a shape with grid 0 (nothing to launch).
