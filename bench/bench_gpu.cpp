@@ -312,7 +312,7 @@ void setenv_or_unset(const char* name, const std::string& v) {
 }
 
 // Benchmark settings as "key=value,key=value" (keys: unroll fmad block smem stages pf copies edges lb hints
-// waves tile w): the
+// tile w): the
 // FJ_CUDA_* variables of the keys given are set, the others unset (library defaults).
 std::map<std::string, std::string> parse_setting(const std::string& item) {
     std::map<std::string, std::string> kv;
@@ -328,8 +328,7 @@ void apply_setting(const std::map<std::string, std::string>& kv) {
                                                             {"block", "FJ_CUDA_BLOCK"},   {"smem", "FJ_CUDA_SMEM"},
                                                             {"stages", "FJ_CUDA_STAGES"}, {"pf", "FJ_CUDA_PREFETCH"},
                                                             {"copies", "FJ_CUDA_COPIES"}, {"edges", "FJ_CUDA_EDGES"},
-                                                            {"lb", "FJ_CUDA_LAUNCH_BOUNDS"}, {"hints", "FJ_CUDA_CACHE_HINTS"},
-                                                            {"waves", "FJ_CUDA_WAVES"}};
+                                                            {"lb", "FJ_CUDA_LAUNCH_BOUNDS"}, {"hints", "FJ_CUDA_CACHE_HINTS"}};
     for (const auto& [key, var] : vars) {
         auto it = kv.find(key);
         setenv_or_unset(var, it == kv.end() ? std::string() : it->second);
@@ -459,7 +458,7 @@ int main(int argc, char** argv) {
             // Variant sweep on the headline case. "default" (the library's defaults, measured first while
             // the GPU is cool) is the G1 row; the others and the tile lengths below are for tuning.
             // (stages=2 and copies=2 measured slower on 2026-11-29: 12.5 and 9.56 against 8.86 ms.)
-            std::vector<std::string> variants = {"default", "waves=2", "waves=4", "lb=512", "edges=1", "hints=1"};
+            std::vector<std::string> variants = {"default", "hints=1", "edges=1", "edges=1,lb=512", "lb=512", "fmad=1"};
             if (const char* v = std::getenv("FJ_BENCH_VARIANTS"); v && std::string(v) == "0") variants = {"default"};
             double best = 1e30, g1 = 1e30;
             std::string best_v = "default";
@@ -482,9 +481,9 @@ int main(int argc, char** argv) {
                 }
             }
             std::printf("best variant: %s (used for the tile lengths below)\n", best_v.c_str());
-            // Share lengths on the best variant.
+            // Tile lengths on the best variant.
             apply_setting(parse_setting(best_v));
-            for (long long tile : {0LL, 8192LL}) {
+            for (long long tile : {0LL, 512LL, 1024LL, 2048LL}) {
                 fj::CompileOptions o = cuda;
                 o.tile_rows = tile;
                 fj::Program p = fj::compile({{"c", corr_w(20)}}, o);
@@ -537,9 +536,9 @@ int main(int argc, char** argv) {
             // The library's defaults (the G5 row), then other settings.
             std::vector<std::string> g5_settings = {"default"};
             if (const char* v = std::getenv("FJ_BENCH_VARIANTS"); !v || std::string(v) != "0")
-                g5_settings = {"default", "waves=2", "edges=1", "edges=1,lb=512", "unroll=4"};
+                g5_settings = {"default", "hints=1", "edges=1", "edges=1,lb=512", "unroll=4"};
             for (const std::string& u : g5_settings)
-            for (long long tile : {0LL, 200LL, 400LL}) {
+            for (long long tile : {0LL, 96LL, 160LL, 256LL}) {
                 apply_setting(parse_setting(u));
                 fj::CompileOptions o = cuda;
                 o.tile_rows = tile;

@@ -672,6 +672,8 @@ private:
                  name_, name_);
         else
             line(0, "extern \"C\" __global__ void {}(const fj_params_{} p) {{", name_, name_);
+        line(1, "const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;");
+        line(1, "if (j >= p.cols) return;");
         if (stages_ > 0) {
             line(1, "FJ_SMEM_DECL;");
             line(1, "{}* const fj_st = reinterpret_cast<{}*>(fj_smem) + threadIdx.x * {}u;  // this thread's stages",
@@ -692,20 +694,9 @@ private:
         for (std::size_t i = 0; i < no; ++i)
             line(1, "const long long ld_out{} = {};", i,
                  fixed ? fmt::format("{}LL", o_.strides[ni + i]) : fmt::format("p.out_ld{}", i));
-        // Work shares (runtime/cuda/launch_config.hpp): the (column block, row) pairs of the panel in
-        // column-block order, tile_rows of them per share; a share is one or more passes over runs of
-        // rows of one column block, each at most cuda_max_pass_rows() long.
-        line(1, "const long long total = ((long long)p.cols + blockDim.x - 1) / blockDim.x * p.rows;");
-        line(1, "for (long long share = blockIdx.x, pos = share * p.tile_rows; share < p.ntiles;) {{");
-        line(2, "const long long share_end = min(total, (share + 1) * p.tile_rows);");
-        line(2, "const long long cb = pos / p.rows;  // column block");
-        line(2, "const long long out_begin = pos - cb * p.rows;");
-        line(2, "const long long row_end = min(min(p.rows, out_begin + (share_end - pos)), out_begin + {}LL);",
-             o_.max_pass_rows > 0 ? o_.max_pass_rows : cuda_max_pass_rows(halo));
-        line(2, "pos += row_end - out_begin;");
-        line(2, "if (pos >= share_end) {{ share += gridDim.x; pos = share * p.tile_rows; }}");
-        line(2, "const long long j = cb * blockDim.x + threadIdx.x;");
-        line(2, "if (j >= p.cols) continue;");
+        line(1, "for (long long tile = blockIdx.y; tile < p.ntiles; tile += gridDim.y) {{");
+        line(2, "const long long out_begin = tile * p.tile_rows;");
+        line(2, "const long long row_end = out_begin + p.tile_rows < p.rows ? out_begin + p.tile_rows : p.rows;");
         line(2, "const long long row_begin = out_begin > {} ? out_begin - {} : 0;", halo, halo);
         for (std::size_t s = 0; s < k_.states.size(); ++s) {
             if (int_state_[s])

@@ -5,13 +5,11 @@
 // pow, floor, fabs) is all it calls. Compile it without fast-math (IEEE division, square root,
 // denormals); cuda_compile_options() gives the options the cache key is built from.
 //
-// Shape (DESIGN.md): a block owns a column block of blockDim.x adjacent columns, one per thread (every
-// row read is coalesced), for a run of rows. The grid is 1-D over work shares (launch_config.hpp): the
-// (column block, row) pairs in column-block order, tile_rows pairs per share, block b running shares b,
-// b + gridDim.x, ... A share is one or more passes; a pass owns the output rows [out_begin, row_end) of
-// its column block (at most cuda_max_pass_rows() of them) and runs the kernel's body from
-// row_begin = max(0, out_begin - halo) to row_end, so the first rows only warm the states up (the IR's
-// Output stores nothing before out_begin). States are local
+// Shape (DESIGN.md): thread j of the grid's x dimension owns column j (adjacent threads, adjacent columns:
+// every row read is coalesced); blockIdx.y, striding by gridDim.y, picks time tiles. A tile owns the
+// output rows [out_begin, out_begin + tile_rows) and runs the kernel's body from
+// row_begin = max(0, out_begin - halo) to row_end = min(rows, out_begin + tile_rows), so the first
+// rows only warm the states up (the IR's Output stores nothing before out_begin). States are local
 // doubles; rings are local double arrays with a position counter, except small ones (reg_ring_max),
 // which become shift registers indexed only by constants so that they stay in registers (a read at a
 // run-time lag is then a select per entry). Addresses are 64-bit throughout.
@@ -47,7 +45,7 @@
 //     in_ld[0..ni) : long long  their leading dimensions (elements)
 //     out[0..no)   : T*         output panels, kernel.outputs order
 //     out_ld[0..no): long long
-//     rows, cols, tile_rows, ntiles : long long   (pairs per share, shares)
+//     rows, cols, tile_rows, ntiles : long long
 // so the host fills a uint64_t array of cuda_param_words() words and passes its address.
 #pragma once
 
@@ -66,14 +64,6 @@ inline constexpr int kCudaCodegenVersion = 6;
 // The longest time tile a launch may use (launch_config caps it): states then live for at most this
 // many rows plus the halo, which bounds counters enough to keep them in 32-bit registers.
 inline constexpr long long kCudaMaxTileRows = 1LL << 29;
-
-// The most output rows one pass of a kernel runs: a share of work longer than that (a column block's
-// run of rows) is cut into passes, each warmed up over its own halo. Float32 window sums are shifted by
-// a pass's first value, so this bounds how far a column can drift from its shift (README's float32
-// contract); the halo's extra rows stay <= 1/32 of a pass.
-inline constexpr long long cuda_max_pass_rows(int halo) {
-    return 4096 > 32LL * halo ? 4096 : 32LL * halo;
-}
 
 struct CudaEmitOptions {
     DType dtype = DType::F32;
@@ -104,8 +94,6 @@ struct CudaEmitOptions {
     // rows read once with evict_first (ld.global.cs), and outputs are stored with st.global.cs, so that
     // L2 keeps the rows a long window reads again instead of the streams that pass through it.
     bool cache_hints = false;
-    // The most output rows per pass; 0: cuda_max_pass_rows(halo) (smaller values are for tests).
-    long long max_pass_rows = 0;
     // Diagnosis only: give bodies of more than 300 live instructions the guarded warm-up batches and
     // fj_rsqrt too, the shapes ptxas -O2/-O3 miscompiled on the H200 (bench/RESULTS.md).
     bool big_body_shapes = false;

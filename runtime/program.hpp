@@ -17,9 +17,7 @@ enum class Backend : std::uint8_t { Auto, Cpu, Cuda };
 struct CompileOptions {
     Backend backend = Backend::Auto;
     int threads = 0;               // CPU worker threads; 0: FJ_THREADS or the hardware's count
-    // CPU: rows per time tile (before the halo); CUDA: rows of a column block per work share
-    // (runtime/cuda/launch_config.hpp); 0: chosen from the shape.
-    std::int64_t tile_rows = 0;
+    std::int64_t tile_rows = 0;    // rows per time tile (before the halo); 0: chosen from the shape
     std::int64_t block_cols = 0;   // CPU: columns per task; 0: chosen from the shape
     // Window sums as double-double for float32 panels too (always so for float64). Costs about twice the
     // arithmetic; needed only when a column's level moves by more than ~2^14 times its window spread

@@ -58,7 +58,6 @@ CudaSettings CudaSettings::from_env() {
     s.batched_edges = env_int("FJ_CUDA_EDGES", 0, 0, 1) != 0;
     s.launch_bounds = env_int("FJ_CUDA_LAUNCH_BOUNDS", 0, 0, 1024);
     s.cache_hints = env_int("FJ_CUDA_CACHE_HINTS", 0, 0, 1) != 0;
-    s.waves = env_int("FJ_CUDA_WAVES", 0, 0, 1024);
     if (s.launch_bounds % 32) throw Error(fmt::format("FJ_CUDA_LAUNCH_BOUNDS={} is not a multiple of 32", s.launch_bounds));
     if (const char* v = std::getenv("FJ_NVRTC_OPTIONS")) {
         std::istringstream words(v);
@@ -409,7 +408,7 @@ void CudaExecutable::update_shapes(std::int64_t rows, std::int64_t cols) {
         }
         li.sm_count = dev_.sm_count;
         li.max_grid_x = dev_.max_grid_x;
-        if (settings_.waves > 0) li.waves = settings_.waves;
+        li.max_grid_y = dev_.max_grid_y;
         li.tile_rows = options_.tile_rows;
         shapes_[i] = choose_launch(li);
     }
@@ -495,8 +494,8 @@ std::string CudaExecutable::explain() const {
                                                         : std::string());
         if (shape_rows_ >= 0) {
             const LaunchShape& s = shapes_[i];
-            out += fmt::format("    last launch: {} x {}: grid {}, block {}, {} share(s) of {} rows of a column block\n",
-                               shape_rows_, shape_cols_, s.grid_x, s.block, s.ntiles, s.tile_rows);
+            out += fmt::format("    last launch: {} x {}: grid {} x {}, block {}, {} tile(s) of {} rows\n", shape_rows_,
+                               shape_cols_, s.grid_x, s.grid_y, s.block, s.ntiles, s.tile_rows);
         }
     }
     const CacheStats st = KernelCache::global().stats();

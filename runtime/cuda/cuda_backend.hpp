@@ -21,7 +21,6 @@
 //   FJ_CUDA_EDGES       1: those kernels run a pass's first and last rows in masked batches (experiment)
 //   FJ_CUDA_LAUNCH_BOUNDS  N: those kernels declare __launch_bounds__(N) (register cap; experiment)
 //   FJ_CUDA_CACHE_HINTS 1: those kernels give L2 eviction hints (keep rows read again; experiment)
-//   FJ_CUDA_WAVES       work shares per resident block (default 1; launch_config.hpp)
 //   FJ_CUDA_BIG_BODY_SHAPES  1: big fused kernels get the shapes ptxas miscompiled (diagnosis)
 //   FJ_NVRTC_OPTIONS    extra NVRTC options, space-separated (e.g. "-Xptxas -O1"; diagnosis)
 //   FJ_CUDA_SMEM        unused dynamic shared memory per block, in bytes (default 0): caps the blocks
@@ -76,7 +75,6 @@ struct CudaSettings {
     bool batched_edges = false;           // FJ_CUDA_EDGES=1 (specialised kernels; codegen::CudaEmitOptions)
     int launch_bounds = 0;                // FJ_CUDA_LAUNCH_BOUNDS=N (specialised kernels; max_threads)
     bool cache_hints = false;             // FJ_CUDA_CACHE_HINTS=1 (specialised kernels; L2 eviction hints)
-    int waves = 0;                        // FJ_CUDA_WAVES=N: work shares per resident block (0: LaunchInput's)
     std::vector<std::string> extra_options;  // FJ_NVRTC_OPTIONS, appended to NVRTC's (part of the cache key)
     static CudaSettings from_env();
 };
