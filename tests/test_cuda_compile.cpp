@@ -258,6 +258,17 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
     CHECK(done[0].source.find("rsqrt.approx.ftz.f64") != std::string::npos);
     CHECK(done[0].source.find("<= warm_end; t += 16)") != std::string::npos);
     CHECK(done[0].smem_per_thread == 0);
+    // Rows read again 20 rows later: no L2 eviction hints by default (kCacheHintMinLag); 250: hints.
+    CHECK(done[0].source.find("FJ_LD_KEEP(") == std::string::npos);
+    {
+        const fj::codegen::Plan long_plan =
+            fj::codegen::make_plan({{"o", fj::corr(fj::window(A, 250), fj::window(B, 250))}});
+        const auto long_window =
+            cu::compile_cuda_kernels({&long_plan.regions[0].kernel}, fj::DType::F32, "sm_90", true, cu::CudaSettings{}, 50000);
+        REQUIRE(long_window.size() == 1);
+        CHECK(long_window[0].source.find("FJ_LD_KEEP(x0_15, &in0[31LL * ld_in0], fj_keep);") != std::string::npos);
+        CHECK(long_window[0].source.find("FJ_LD_LAST(x0_m250, &in0[-234LL * ld_in0]);") != std::string::npos);
+    }
 
     SUBCASE("loads staged in shared memory (cp.async)") {
         cu::CudaSettings st;

@@ -57,7 +57,7 @@ CudaSettings CudaSettings::from_env() {
     s.big_body_shapes = env_int("FJ_CUDA_BIG_BODY_SHAPES", 0, 0, 1) != 0;
     s.batched_edges = env_int("FJ_CUDA_EDGES", 0, 0, 1) != 0;
     s.launch_bounds = env_int("FJ_CUDA_LAUNCH_BOUNDS", 0, 0, 1024);
-    s.cache_hints = env_int("FJ_CUDA_CACHE_HINTS", 0, 0, 1) != 0;
+    s.cache_hints = env_int("FJ_CUDA_CACHE_HINTS", -1, -1, 1);
     if (s.launch_bounds % 32) throw Error(fmt::format("FJ_CUDA_LAUNCH_BOUNDS={} is not a multiple of 32", s.launch_bounds));
     if (const char* v = std::getenv("FJ_NVRTC_OPTIONS")) {
         std::istringstream words(v);
@@ -101,7 +101,14 @@ codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype
     eo.loop_copies = settings.copies;
     eo.batched_edges = settings.batched_edges;
     eo.max_threads = settings.launch_bounds;
-    eo.cache_hints = settings.cache_hints;
+    if (settings.cache_hints >= 0) {
+        eo.cache_hints = settings.cache_hints == 1;
+    } else {
+        int max_lag = 0;
+        for (const ir::Inst& x : kernel.body)
+            if (x.op == ir::Prim::Input) max_lag = std::max(max_lag, x.lag);
+        eo.cache_hints = max_lag >= kCacheHintMinLag;
+    }
     if (settings.stages >= 2) {
         codegen::CudaEmitOptions staged = eo;
         staged.async_stages = settings.stages;

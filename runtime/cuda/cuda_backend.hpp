@@ -20,7 +20,8 @@
 //   FJ_CUDA_COPIES      batches per iteration of those kernels' batched loop (register loads; default 1)
 //   FJ_CUDA_EDGES       1: those kernels run a pass's first and last rows in masked batches (experiment)
 //   FJ_CUDA_LAUNCH_BOUNDS  N: those kernels declare __launch_bounds__(N) (register cap; experiment)
-//   FJ_CUDA_CACHE_HINTS 1: those kernels give L2 eviction hints (keep rows read again; experiment)
+//   FJ_CUDA_CACHE_HINTS 1: those kernels give L2 eviction hints (keep rows read again), 0: not;
+//                       default: those reading rows kCacheHintMinLag or more rows back
 //   FJ_CUDA_BIG_BODY_SHAPES  1: big fused kernels get the shapes ptxas miscompiled (diagnosis)
 //   FJ_NVRTC_OPTIONS    extra NVRTC options, space-separated (e.g. "-Xptxas -O1"; diagnosis)
 //   FJ_CUDA_SMEM        unused dynamic shared memory per block, in bytes (default 0): caps the blocks
@@ -56,6 +57,11 @@ inline constexpr int kSpecializedStagedUnroll = 8;
 // Batches per iteration of their batched loop (codegen::CudaEmitOptions::loop_copies; 2 measured 9.6
 // against 8.9 ms).
 inline constexpr int kSpecializedLoopCopies = 1;
+// L2 eviction hints (codegen::CudaEmitOptions::cache_hints) by default for those kernels that read a row
+// again this many rows or more after first reading it: a long window's leaving rows, which with every
+// column in flight are more than L2 holds (H200, corr w=250, 50,000 x 50,000: 14.7 against 15.7-16.2
+// ms). Not for short ones, whose re-reads hit L2 anyway (corr w=20: 9.18 against 8.84 ms with them).
+inline constexpr int kCacheHintMinLag = 64;
 
 // Code-generation settings that are not in CompileOptions (benchmark knobs), read from the environment.
 struct CudaSettings {
@@ -74,7 +80,7 @@ struct CudaSettings {
     bool big_body_shapes = false;         // FJ_CUDA_BIG_BODY_SHAPES=1 (diagnosis, see codegen::CudaEmitOptions)
     bool batched_edges = false;           // FJ_CUDA_EDGES=1 (specialised kernels; codegen::CudaEmitOptions)
     int launch_bounds = 0;                // FJ_CUDA_LAUNCH_BOUNDS=N (specialised kernels; max_threads)
-    bool cache_hints = false;             // FJ_CUDA_CACHE_HINTS=1 (specialised kernels; L2 eviction hints)
+    int cache_hints = -1;                 // FJ_CUDA_CACHE_HINTS: 1 on, 0 off, -1 by kCacheHintMinLag
     std::vector<std::string> extra_options;  // FJ_NVRTC_OPTIONS, appended to NVRTC's (part of the cache key)
     static CudaSettings from_env();
 };
