@@ -138,9 +138,10 @@ TEST_CASE_TEMPLATE_DEFINE("all operators in one program: host panels, device pan
 }
 TEST_CASE_TEMPLATE_APPLY(cuda_all, fj::test::CudaTargets);
 
-TEST_CASE_TEMPLATE_DEFINE("specialised kernels of small programs: default, batched edges, launch bounds", T, cuda_small_fixed) {
+TEST_CASE_TEMPLATE_DEFINE("specialised kernels of small programs: default, batched edges, launch bounds, cache hints", T, cuda_small_fixed) {
     if (!have_gpu()) return;
-    // The shapes only small bodies get (fj_rsqrt, warm-up batches; FJ_CUDA_EDGES: masked last rows).
+    // The shapes only small bodies get (fj_rsqrt, warm-up batches; FJ_CUDA_EDGES: masked last rows), and
+    // L2 eviction hints on short windows too (FJ_CUDA_CACHE_HINTS=1).
     std::vector<std::pair<std::string, fj::Expr>> some;
     for (const auto& c : fj::test::cuda_op_cases())
         for (const char* name : {"ge", "eq", "delay", "mean", "std", "wmax", "corr", "corr_nested", "mean_of_std_long"})
@@ -150,7 +151,7 @@ TEST_CASE_TEMPLATE_DEFINE("specialised kernels of small programs: default, batch
     for (const char* edges : {"0", "1"}) {
         CAPTURE(edges);
         ::setenv("FJ_CUDA_EDGES", edges, 1);
-        if (std::string(edges) == "1") ::setenv("FJ_CUDA_LAUNCH_BOUNDS", "512", 1);
+        if (std::string(edges) == "1") ::setenv("FJ_CUDA_LAUNCH_BOUNDS", "512", 1), ::setenv("FJ_CUDA_CACHE_HINTS", "1", 1);
         for (GpuData& d : gpu_data()) {
 #ifdef FJ_WITH_CUDA
             d.check.runner = run_on_device;
@@ -158,7 +159,7 @@ TEST_CASE_TEMPLATE_DEFINE("specialised kernels of small programs: default, batch
             for (const auto& c : some) fj::test::check_against_reference({c}, d.ds, T::dtype, T::options(), d.check);
         }
     }
-    for (const char* v : {"FJ_CUDA_FIXED_LD", "FJ_CUDA_EDGES", "FJ_CUDA_LAUNCH_BOUNDS"}) ::unsetenv(v);
+    for (const char* v : {"FJ_CUDA_FIXED_LD", "FJ_CUDA_EDGES", "FJ_CUDA_LAUNCH_BOUNDS", "FJ_CUDA_CACHE_HINTS"}) ::unsetenv(v);
 }
 TEST_CASE_TEMPLATE_APPLY(cuda_small_fixed, fj::test::CudaTargets);
 
