@@ -106,6 +106,9 @@ private:
     std::vector<bool> need_double_;        // ... whose float64 value is read too (`v<i>` = (double)iv<i>)
     std::vector<bool> int_state_;          // state kept as `long long s<k>`
     std::vector<bool> int32_, int32_state_;  // ... as `int` (bounded below 2^31)
+    // Run counters (run_counters()): state -> its select `c ? 0 : s + 1`, or -1.
+    std::vector<std::int32_t> counter_select_;
+    std::vector<bool> counter_part_;      // the counter's load and `+ 1`, not emitted
     // Float32 panels: values that are exactly float32 numbers (inputs, float-exact constants, their
     // abs/neg, selects of such, states only ever holding such), see float_values().
     std::vector<bool> fexact_;             // value is a float32 number (or NaN)
@@ -248,6 +251,7 @@ private:
         float_values();
         narrow_values();
         sticky_states();
+        run_counters();
         async_plan();
         hints_ = o_.cache_hints && !o_.strides.empty();
         fast_rsqrt_ = o_.dtype == DType::F32 && !big_body_ &&
@@ -352,6 +356,50 @@ private:
         live_sticky_.assign(k_.states.size(), false);
         for (std::size_t i = 0; i < n; ++i)
             if (live_[i] && k_.body[i].op == Prim::Select && sticky_of_[i] >= 0) live_sticky_[sticky_of_[i]] = true;
+    }
+
+    // Run counters: int32 states whose one store is `c ? 0 : s + 1` (rows since a change, since an
+    // invalid value), read only by that `+ 1`. In a batch they are kept as q = s - (u + 1) after row u,
+    // which a reset sets to the constant -(u + 1) and every other row leaves alone; `s` after row u is
+    // q + u + 1, so a comparison of it with a constant becomes one of q with another constant; advance()
+    // adds the batch's rows back. That saves the add per row and counter (corr: two of them).
+    // Not in big bodies, which keep the codegen v5 shapes.
+    void run_counters() {
+        counter_select_.assign(k_.states.size(), -1);
+        counter_part_.assign(k_.body.size(), false);
+        if (big_body_) return;
+        auto is_const = [&](std::int32_t o, double c) {
+            return o >= 0 && k_.body[static_cast<std::size_t>(o)].op == Prim::Const &&
+                   k_.body[static_cast<std::size_t>(o)].imm == c && is_int(o);
+        };
+        std::vector<int> uses(k_.body.size(), 0), stores(k_.states.size(), 0);
+        for (std::size_t i = 0; i < k_.body.size(); ++i) {
+            if (!live_[i]) continue;
+            const Inst& x = k_.body[i];
+            for (std::int32_t o : {x.a, x.b, x.c})
+                if (o >= 0) ++uses[static_cast<std::size_t>(o)];
+            if (x.op == Prim::StoreState) ++stores[static_cast<std::size_t>(x.slot)];
+        }
+        for (std::size_t i = 0; i < k_.body.size(); ++i) {
+            const Inst& st = k_.body[i];
+            if (!live_[i] || st.op != Prim::StoreState || !int32_state_[st.slot] || stores[st.slot] != 1) continue;
+            const Inst& sel = k_.body[static_cast<std::size_t>(st.a)];
+            if (sel.op != Prim::Select || !is_int(st.a) || !is_const(sel.b, 0.0) || sel.c < 0) continue;
+            const Inst& add = k_.body[static_cast<std::size_t>(sel.c)];
+            if (add.op != Prim::Add || uses[static_cast<std::size_t>(sel.c)] != 1) continue;
+            const std::int32_t load = is_const(add.a, 1.0) ? add.b : is_const(add.b, 1.0) ? add.a : -1;
+            if (load < 0 || k_.body[static_cast<std::size_t>(load)].op != Prim::LoadState ||
+                k_.body[static_cast<std::size_t>(load)].slot != st.slot || uses[static_cast<std::size_t>(load)] != 1)
+                continue;
+            // Every other load of the state would see q instead of s.
+            bool other_loads = false;
+            for (std::size_t j = 0; j < k_.body.size(); ++j)
+                other_loads |= live_[j] && j != static_cast<std::size_t>(load) && k_.body[j].op == Prim::LoadState &&
+                               k_.body[j].slot == st.slot;
+            if (other_loads) continue;
+            counter_select_[static_cast<std::size_t>(st.slot)] = st.a;
+            counter_part_[static_cast<std::size_t>(load)] = counter_part_[static_cast<std::size_t>(sel.c)] = true;
+        }
     }
 
     // The sticky state whose value instruction i is (its load or its setting select), or -1.
@@ -962,6 +1010,8 @@ private:
     void advance(int ind, int rows) {
         for (std::size_t i = 0; i < k_.inputs.size(); ++i) line(ind, "in{} += {}LL * ld_in{};", i, rows, i);
         for (std::size_t i = 0; i < k_.outputs.size(); ++i) line(ind, "out{} += {}LL * ld_out{};", i, rows, i);
+        for (std::size_t st = 0; st < counter_select_.size(); ++st)
+            if (counter_select_[st] >= 0) line(ind, "s{} += {};  // run counter: q -> s", st, rows);
     }
 
     std::string row(int u) const { return u == 0 ? "t" : fmt::format("(t + {})", u); }
@@ -1051,8 +1101,15 @@ private:
     void int_inst(int ind, int u, std::size_t i) {
         const Inst& x = k_.body[i];
         auto iv = [](std::int32_t n) { return fmt::format("iv{}", n); };
+        if (counter_part_[i]) return;
         std::string e;
-        switch (x.op) {
+        const auto counter = std::find(counter_select_.begin(), counter_select_.end(), static_cast<std::int32_t>(i));
+        if (counter != counter_select_.end()) {
+            const auto st = counter - counter_select_.begin();
+            line(ind, "s{} = v{} ? {} : s{};  // run counter, q", st, x.a, -(u + 1), st);
+            e = fmt::format("s{} + {}", st, u + 1);
+        }
+        if (e.empty()) switch (x.op) {
         case Prim::Const: e = fmt::format("{}", static_cast<long long>(x.imm)); break;
         case Prim::BoolToF64: e = fmt::format("v{} ? 1 : 0", x.a); break;
         case Prim::RowIndex: e = row(u); break;
@@ -1074,7 +1131,7 @@ private:
         auto def = [&](const std::string& expr) { line(ind, "const {} v{} = {};", ty, i, expr); };
         if (is_int_[i]) return int_inst(ind, u, i);
         if (x.op == Prim::StoreState && int_state_[x.slot]) {
-            line(ind, "s{} = iv{};", x.slot, x.a);
+            if (counter_select_[static_cast<std::size_t>(x.slot)] < 0) line(ind, "s{} = iv{};", x.slot, x.a);
             return;
         }
         if (x.op == Prim::IsNaN && is_int(x.a)) {
