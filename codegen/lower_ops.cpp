@@ -286,6 +286,17 @@ V constancy_full(IrBuilder& ir, V x, int d, const std::string& what) {
     return ir.b(Prim::CmpGE, s, ir.constant(d - 1));
 }
 
+// For groups that only answer on full windows: the rows since the last non-finite one (or the pass's
+// start), so that `run >= d` says the window's d rows are all finite. A count of the finite rows in the
+// window says the same for d >= 2 but adds the row entering and subtracts the one leaving (two selects
+// and two adds per row instead of one select; a run counter is also a select of a constant on a GPU).
+V finite_run(IrBuilder& ir, V finite, const std::string& what) {
+    int since = ir.new_state(0, "rows since a non-finite " + what);
+    V s = ir.select(ir.lnot(finite), ir.constant(0), ir.add(ir.load(since), ir.constant(1)));
+    ir.store(since, s);
+    return s;
+}
+
 // Running shifted sums of the finite values entering and leaving a window.
 //
 // The shift (the first finite value of the pass) keeps the sums small for price-like data; each pass
@@ -406,11 +417,14 @@ V Lowering::moments(const Node* node) {
         V shift = shifted(ir_, ir_.new_state(std::numeric_limits<double>::quiet_NaN(), "shift " + what), xv, in_finite);
         Sums sums(ir_, exact_, in_finite, out_finite);
         V yin = sums.in(ir_.sub(xv, shift)), yout = sums.out(ir_.sub(leave, shift));
-        g.finite = sums.count("finite n " + what);
-        if (full) {  // d finite values or NaN: one count, and n = d wherever the result is not NaN
-            g.n = g.finite;
+        if (full && d >= 2) {  // d finite values or NaN: n = d wherever the result is not NaN
+            g.finite = g.n = finite_run(ir_, in_finite, what);
+            g.infinities = ir_.constant(0);
+        } else if (full) {
+            g.finite = g.n = sums.count("finite n " + what);
             g.infinities = ir_.constant(0);
         } else {
+            g.finite = sums.count("finite n " + what);
             g.n = Sums(ir_, false, in_valid, out_valid).count("n " + what);
             g.infinities = ir_.sub(g.n, g.finite);
         }
@@ -490,8 +504,9 @@ V Lowering::pair_moments(const Node* node) {
         Sums sums(ir_, exact_, in_finite, out_finite);
         V xi = sums.in(ir_.sub(xv, shx)), xo = sums.out(ir_.sub(lx, shx));
         V yi = sums.in(ir_.sub(yv, shy)), yo = sums.out(ir_.sub(ly, shy));
-        V nf = sums.count("finite n " + what);
-        if (full) {  // d finite rows or NaN: one count, and n = d wherever the result is not NaN
+        // d finite rows or NaN: n = d wherever the result is not NaN (d >= 2: a run of finite rows).
+        V nf = full && d >= 2 ? finite_run(ir_, in_finite, what) : sums.count("finite n " + what);
+        if (full) {
             g.n = nf;
             g.infinities = ir_.constant(0);
         } else {
