@@ -459,6 +459,11 @@ int main(int argc, char** argv) {
             // the GPU is cool) is the G1 row; the others and the tile lengths below are for tuning.
             // (stages=2 and copies=2 measured slower on 2026-11-29: 12.5 and 9.56 against 8.86 ms.)
             std::vector<std::string> variants = {"default", "edges=1", "hints=1"};
+            if (const char* v = std::getenv("FJ_BENCH_G1_VARIANTS")) {  // space-separated settings
+                variants.clear();
+                std::istringstream items(v);
+                for (std::string item; items >> item;) variants.push_back(item);
+            }
             if (const char* v = std::getenv("FJ_BENCH_VARIANTS"); v && std::string(v) == "0") variants = {"default"};
             double best = 1e30, g1 = 1e30;
             std::string best_v = "default";
@@ -537,6 +542,11 @@ int main(int argc, char** argv) {
             std::vector<std::string> g5_settings = {"default"};
             if (const char* v = std::getenv("FJ_BENCH_VARIANTS"); !v || std::string(v) != "0")
                 g5_settings = {"default", "edges=1"};
+            if (const char* v = std::getenv("FJ_BENCH_G5_SETTINGS")) {  // space-separated settings
+                g5_settings.clear();
+                std::istringstream items(v);
+                for (std::string item; items >> item;) g5_settings.push_back(item);
+            }
             for (const std::string& u : g5_settings)
             for (long long tile : {0LL, 160LL}) {
                 apply_setting(parse_setting(u));
