@@ -82,11 +82,11 @@ struct CudaEmitOptions {
     int async_stages = 0;
     // With fixed leading dimensions and register loads: batches per iteration of the batched loop (>= 1).
     int loop_copies = 1;
-    // Experiments (measured in a later visit): with fixed leading dimensions, a pass's last rows as one
-    // masked batch and warm-up batches that may run past the warm-up rows, instead of one row at a time
-    // (tried as default on 2026-11-29: it raised the G1 kernel's registers past 128, 384 threads per SM
-    // instead of 512, 9.70 against 8.86 ms); and __launch_bounds__(max_threads) on the kernel (0: none),
-    // which caps its registers so that such a block fits.
+    // With fixed leading dimensions: a pass's last rows in masked batches of at most 4 rows and warm-up
+    // batches that may run past the warm-up rows, instead of one row at a time (the runtime's default;
+    // a 16-row masked batch raised the G1 kernel's registers past 128 and lost: 9.70 against 8.86 ms).
+    // And __launch_bounds__(max_threads) on the kernel (0: none), which caps its registers so that such
+    // a block fits (an experiment: no gain measured).
     bool batched_edges = false;
     int max_threads = 0;
     // With fixed leading dimensions: L2 eviction hints in the batched loop. A row this thread reads again

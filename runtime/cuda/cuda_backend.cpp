@@ -55,7 +55,7 @@ CudaSettings CudaSettings::from_env() {
     s.stages = env_int("FJ_CUDA_STAGES", kSpecializedStages, 0, 4);
     s.copies = env_int("FJ_CUDA_COPIES", kSpecializedLoopCopies, 1, 4);
     s.big_body_shapes = env_int("FJ_CUDA_BIG_BODY_SHAPES", 0, 0, 1) != 0;
-    s.batched_edges = env_int("FJ_CUDA_EDGES", 0, 0, 1) != 0;
+    s.batched_edges = env_int("FJ_CUDA_EDGES", 1, 0, 1) != 0;
     s.launch_bounds = env_int("FJ_CUDA_LAUNCH_BOUNDS", 0, 0, 1024);
     s.cache_hints = env_int("FJ_CUDA_CACHE_HINTS", -1, -1, 1);
     if (s.launch_bounds % 32) throw Error(fmt::format("FJ_CUDA_LAUNCH_BOUNDS={} is not a multiple of 32", s.launch_bounds));

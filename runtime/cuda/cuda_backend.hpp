@@ -18,7 +18,8 @@
 //   FJ_CUDA_STAGES      batches those kernels stage in shared memory with cp.async (default 0: loads
 //                       into registers, 16 rows per batch; 2 or more: staged, 8 rows per batch)
 //   FJ_CUDA_COPIES      batches per iteration of those kernels' batched loop (register loads; default 1)
-//   FJ_CUDA_EDGES       1: those kernels run a pass's first and last rows in masked batches (experiment)
+//   FJ_CUDA_EDGES       0: those kernels run a pass's last rows one at a time (default 1: in masked
+//                       batches of at most 4 rows, and warm-up batches that may run past the warm-up)
 //   FJ_CUDA_LAUNCH_BOUNDS  N: those kernels declare __launch_bounds__(N) (register cap; experiment)
 //   FJ_CUDA_CACHE_HINTS 1: those kernels give L2 eviction hints (keep rows read again), 0: not;
 //                       default: those reading rows kCacheHintMinLag or more rows back
@@ -78,7 +79,7 @@ struct CudaSettings {
     int stages = kSpecializedStages;  // see codegen::CudaEmitOptions::async_stages (specialised kernels only)
     int copies = kSpecializedLoopCopies;  // FJ_CUDA_COPIES
     bool big_body_shapes = false;         // FJ_CUDA_BIG_BODY_SHAPES=1 (diagnosis, see codegen::CudaEmitOptions)
-    bool batched_edges = false;           // FJ_CUDA_EDGES=1 (specialised kernels; codegen::CudaEmitOptions)
+    bool batched_edges = true;            // FJ_CUDA_EDGES (specialised kernels; codegen::CudaEmitOptions)
     int launch_bounds = 0;                // FJ_CUDA_LAUNCH_BOUNDS=N (specialised kernels; max_threads)
     int cache_hints = -1;                 // FJ_CUDA_CACHE_HINTS: 1 on, 0 off, -1 by kCacheHintMinLag
     std::vector<std::string> extra_options;  // FJ_NVRTC_OPTIONS, appended to NVRTC's (part of the cache key)
