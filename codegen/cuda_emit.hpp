@@ -36,7 +36,8 @@
 // bounds them; values that are exactly float32 numbers (float32 inputs, float-exact constants, states and
 // selects of those) live in float registers and are compared in float32; selects, mins and maxes that only
 // reach float32 outputs run on rounded values; NaN tests of float64 values are integer tests of their
-// bits; sticky states are loop invariants in the batched loops. With fixed leading dimensions (one kernel
+// bits; sticky states are loop invariants in the batched loops; run counters (`c ? 0 : s + 1`) are kept
+// offset by the row within the batch, so that a reset selects a constant. With fixed leading dimensions (one kernel
 // per set of them: CudaEmitOptions::strides) every row offset is a constant that loads take as an
 // immediate.
 //
@@ -59,7 +60,7 @@
 namespace fj::codegen {
 
 // Bump whenever the generated code changes for the same IR: it is part of every cache key.
-inline constexpr int kCudaCodegenVersion = 6;
+inline constexpr int kCudaCodegenVersion = 7;
 
 // The longest time tile a launch may use (launch_config caps it): states then live for at most this
 // many rows plus the halo, which bounds counters enough to keep them in 32-bit registers.
