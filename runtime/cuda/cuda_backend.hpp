@@ -60,8 +60,9 @@ inline constexpr int kSpecializedStagedUnroll = 8;
 inline constexpr int kSpecializedLoopCopies = 1;
 // L2 eviction hints (codegen::CudaEmitOptions::cache_hints) by default for those kernels that read a row
 // again this many rows or more after first reading it: a long window's leaving rows, which with every
-// column in flight are more than L2 holds (H200, corr w=250, 50,000 x 50,000: 14.7 against 15.7-16.2
-// ms). Not for short ones, whose re-reads hit L2 anyway (corr w=20: 9.18 against 8.84 ms with them).
+// column in flight are more than L2 holds (H200, corr w=250, 50,000 x 50,000: 14.7-15.0 against
+// 15.7-16.2 ms). Not for short ones, whose re-reads hit L2 anyway (corr w=20 in three visits: 9.18, 8.56
+// and 8.74 ms with them against 8.84, 8.81 and 8.72 without: no consistent gain).
 inline constexpr int kCacheHintMinLag = 64;
 
 // Code-generation settings that are not in CompileOptions (benchmark knobs), read from the environment.
