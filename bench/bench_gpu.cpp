@@ -9,7 +9,11 @@
 // in the same run with cuMemcpyDtoD (bytes read + written), and nvidia-smi's SM clock, temperature,
 // power and throttle reasons sampled while each case runs. Results are checked: G1's output against a
 // float64 two-pass reference on columns spread over the panel, the last ones included (indices beyond
-// 2^31 elements). Environment knobs swept here: FJ_CUDA_UNROLL, FJ_CUDA_FMAD, FJ_CUDA_BLOCK, tile rows.
+// 2^31 elements). Settings are "key=value,..." lists of the FJ_CUDA_* knobs (parse_setting below):
+//   FJ_BENCH_VARIANTS=0        G1 and G5 with the library's defaults only
+//   FJ_BENCH_G1_VARIANTS="default hints=1 edges=0 ..."   the G1 settings, in order (default first: the G1 row)
+//   FJ_BENCH_G5_SETTINGS="default edges=0 ..."           the G5 settings, each at two tile lengths
+//   FJ_BENCH_SWEEP="w=250,hints=0 tile=4000 ..."         more settings on the 50,000 x 50,000 panel
 #include <unistd.h>
 
 #include <algorithm>
