@@ -246,86 +246,83 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
     if (!have_nvrtc()) return;
     const fj::Expr A = fj::input("A"), B = fj::input("B");
     const fj::codegen::Plan plan = fj::codegen::make_plan({{"o", fj::corr(fj::window(A, 20), fj::window(B, 20))}});
-    std::vector<const fj::ir::Kernel*> ks = {&plan.regions[0].kernel};
-    const auto done = cu::compile_cuda_kernels(ks, fj::DType::F32, "sm_90", true, cu::CudaSettings{}, 50000);
-    REQUIRE(done.size() == 1);
-    CHECK(done[0].source.find("const long long ld_in1 = 50000LL;") != std::string::npos);
-    CHECK(done[0].source.find("FJ_PREFETCH_L2(&in0[") != std::string::npos);
-    CHECK(done[0].key.find("ld=[50000,50000,50000]") != std::string::npos);
-    CHECK(done[0].registers > 0);
-    CHECK(done[0].registers <= 128);  // 512 threads per SM (65,536 registers)
+    // The one kernel of `p`, specialised on a leading dimension of 50,000 with these settings.
+    auto specialised = [](const fj::codegen::Plan& p, const cu::CudaSettings& s, fj::DType dt = fj::DType::F32) {
+        const auto done = cu::compile_cuda_kernels({&p.regions[0].kernel}, dt, "sm_90", true, s, 50000);
+        REQUIRE(done.size() == 1);
+        return done[0];
+    };
+    const auto done = specialised(plan, cu::CudaSettings{});
+    CHECK(done.source.find("const long long ld_in1 = 50000LL;") != std::string::npos);
+    CHECK(done.source.find("FJ_PREFETCH_L2(&in0[") != std::string::npos);
+    CHECK(done.key.find("ld=[50000,50000,50000]") != std::string::npos);
+    CHECK(done.registers > 0);
+    CHECK(done.registers <= 128);  // 512 threads per SM (65,536 registers)
     // Float32 corr: the reciprocal square root without CUDA's slow path; the pass's first rows batched.
-    CHECK(done[0].source.find("fj_rsqrt(") != std::string::npos);
-    CHECK(done[0].source.find("rsqrt.approx.ftz.f64") != std::string::npos);
+    CHECK(done.source.find("fj_rsqrt(") != std::string::npos);
+    CHECK(done.source.find("rsqrt.approx.ftz.f64") != std::string::npos);
     // ... the pass's first rows in batches that may run past the warm-up, its last ones in masked batches.
-    CHECK(done[0].source.find("t < warm_end && t + 16 <= row_end; t += 16)") != std::string::npos);
-    CHECK(done[0].source.find("< row_end ? in0[") != std::string::npos);
-    CHECK(done[0].smem_per_thread == 0);
+    CHECK(done.source.find("t < warm_end && t + 16 <= row_end; t += 16)") != std::string::npos);
+    CHECK(done.source.find("< row_end ? in0[") != std::string::npos);
+    CHECK(done.smem_per_thread == 0);
     // Rows read again 20 rows later: no L2 eviction hints by default (kCacheHintMinLag); 250: hints.
-    CHECK(done[0].source.find("FJ_LD_KEEP(") == std::string::npos);
+    CHECK(done.source.find("FJ_LD_KEEP(") == std::string::npos);
     {
         const fj::codegen::Plan long_plan =
             fj::codegen::make_plan({{"o", fj::corr(fj::window(A, 250), fj::window(B, 250))}});
-        const auto long_window =
-            cu::compile_cuda_kernels({&long_plan.regions[0].kernel}, fj::DType::F32, "sm_90", true, cu::CudaSettings{}, 50000);
-        REQUIRE(long_window.size() == 1);
-        CHECK(long_window[0].source.find("FJ_LD_KEEP(x0_15, &in0[31LL * ld_in0], fj_keep);") != std::string::npos);
-        CHECK(long_window[0].source.find("FJ_LD_LAST(x0_m250, &in0[-234LL * ld_in0]);") != std::string::npos);
+        const auto long_window = specialised(long_plan, cu::CudaSettings{});
+        CHECK(long_window.source.find("FJ_LD_KEEP(x0_15, &in0[31LL * ld_in0], fj_keep);") != std::string::npos);
+        CHECK(long_window.source.find("FJ_LD_LAST(x0_m250, &in0[-234LL * ld_in0]);") != std::string::npos);
     }
 
     SUBCASE("loads staged in shared memory (cp.async)") {
         cu::CudaSettings st;
         st.stages = 2;
-        const auto staged = cu::compile_cuda_kernels(ks, fj::DType::F32, "sm_90", true, st, 50000);
-        REQUIRE(staged.size() == 1);
-        CHECK(staged[0].source.find("cp.async.ca.shared.global") != std::string::npos);
-        CHECK(staged[0].emitted.unroll == cu::kSpecializedStagedUnroll);
-        CHECK(staged[0].smem_per_thread == (2 * 32 + 1) * 4);  // 2 stages of 8 rows x 4 loads, odd stride
-        CHECK(staged[0].registers > 0);
+        const auto staged = specialised(plan, st);
+        CHECK(staged.source.find("cp.async.ca.shared.global") != std::string::npos);
+        CHECK(staged.emitted.unroll == cu::kSpecializedStagedUnroll);
+        CHECK(staged.smem_per_thread == (2 * 32 + 1) * 4);  // 2 stages of 8 rows x 4 loads, odd stride
+        CHECK(staged.registers > 0);
         // Float64 stages would take more than kCudaMaxStageBytesPerThread: register loads.
-        const auto f64 = cu::compile_cuda_kernels(ks, fj::DType::F64, "sm_90", true, st, 50000);
-        CHECK(f64[0].smem_per_thread == 0);
-        CHECK(f64[0].source.find("cp.async") == std::string::npos);
+        const auto f64 = specialised(plan, st, fj::DType::F64);
+        CHECK(f64.smem_per_thread == 0);
+        CHECK(f64.source.find("cp.async") == std::string::npos);
     }
     SUBCASE("launch bounds; without masked edge batches") {
         cu::CudaSettings e;
         e.launch_bounds = 512;
-        const auto bounded = cu::compile_cuda_kernels(ks, fj::DType::F32, "sm_90", true, e, 50000);
-        REQUIRE(bounded.size() == 1);
-        CHECK(bounded[0].source.find("__launch_bounds__(512)") != std::string::npos);
-        CHECK(bounded[0].registers > 0);
-        CHECK(bounded[0].registers <= 128);
+        const auto bounded = specialised(plan, e);
+        CHECK(bounded.source.find("__launch_bounds__(512)") != std::string::npos);
+        CHECK(bounded.registers > 0);
+        CHECK(bounded.registers <= 128);
         e.launch_bounds = 0;
         e.batched_edges = false;
-        const auto plain = cu::compile_cuda_kernels(ks, fj::DType::F32, "sm_90", true, e, 50000);
-        REQUIRE(plain.size() == 1);
-        CHECK(plain[0].source.find("< row_end ? in0[") == std::string::npos);  // last rows one at a time
-        CHECK(plain[0].source.find("for (; t + 16 <= warm_end; t += 16)") != std::string::npos);
-        CHECK(plain[0].registers > 0);
+        const auto plain = specialised(plan, e);
+        CHECK(plain.source.find("< row_end ? in0[") == std::string::npos);  // last rows one at a time
+        CHECK(plain.source.find("for (; t + 16 <= warm_end; t += 16)") != std::string::npos);
+        CHECK(plain.registers > 0);
     }
     SUBCASE("L2 eviction hints") {
         cu::CudaSettings h;
         h.cache_hints = true;
         for (fj::DType dt : {fj::DType::F32, fj::DType::F64}) {
-            const auto hinted = cu::compile_cuda_kernels(ks, dt, "sm_90", true, h, 50000);
-            REQUIRE(hinted.size() == 1);
-            const std::string& src = hinted[0].source;
+            const auto hinted = specialised(plan, h, dt);
+            const std::string& src = hinted.source;
             // w = 20, 16 rows per batch: each input's rows t+16..t+31 are loaded to be kept (read again as
             // they leave the window), rows t-4..t+11 for the last time; outputs are streamed.
             CHECK(src.find("FJ_LD_KEEP(x1_15, &in1[31LL * ld_in1], fj_keep);") != std::string::npos);
             CHECK(src.find("FJ_LD_LAST(x0_m20, &in0[-4LL * ld_in0]);") != std::string::npos);
             CHECK(src.find("FJ_ST_STREAM(&out0[") != std::string::npos);
             CHECK(src.find("createpolicy.fractional.L2::evict_last") != std::string::npos);
-            CHECK(hinted[0].registers > 0);
+            CHECK(hinted.registers > 0);
         }
     }
     SUBCASE("two batches per loop iteration") {
         cu::CudaSettings c2;
         c2.copies = 2;
-        const auto two = cu::compile_cuda_kernels(ks, fj::DType::F32, "sm_90", true, c2, 50000);
-        REQUIRE(two.size() == 1);
-        CHECK(two[0].source.find("for (; t + 48 <= row_end; t += 16)") != std::string::npos);
-        CHECK(two[0].registers > 0);
+        const auto two = specialised(plan, c2);
+        CHECK(two.source.find("for (; t + 48 <= row_end; t += 16)") != std::string::npos);
+        CHECK(two.registers > 0);
     }
 }
 
