@@ -339,6 +339,21 @@ void apply_setting(const std::map<std::string, std::string>& kv) {
     }
 }
 
+// The space-separated settings of environment variable `name`, or `fallback` where it is unset;
+// FJ_BENCH_VARIANTS=0 keeps only "default" (for the variant lists).
+bool only_defaults() {
+    const char* v = std::getenv("FJ_BENCH_VARIANTS");
+    return v && std::string(v) == "0";
+}
+std::vector<std::string> settings_from_env(const char* name, std::vector<std::string> fallback) {
+    const char* v = std::getenv(name);
+    if (!v) return fallback;
+    std::vector<std::string> items;
+    std::istringstream words(v);
+    for (std::string w; words >> w;) items.push_back(w);
+    return items;
+}
+
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
 // The launch line of explain() ("grid ... tile(s) of ... rows") and the kernel line's registers.
@@ -462,13 +477,9 @@ int main(int argc, char** argv) {
             // Variant sweep on the headline case. "default" (the library's defaults, measured first while
             // the GPU is cool) is the G1 row; the others and the tile lengths below are for tuning.
             // (stages=2 and copies=2 measured slower on 2026-11-29: 12.5 and 9.56 against 8.86 ms.)
-            std::vector<std::string> variants = {"default", "edges=1", "hints=1"};
-            if (const char* v = std::getenv("FJ_BENCH_G1_VARIANTS")) {  // space-separated settings
-                variants.clear();
-                std::istringstream items(v);
-                for (std::string item; items >> item;) variants.push_back(item);
-            }
-            if (const char* v = std::getenv("FJ_BENCH_VARIANTS"); v && std::string(v) == "0") variants = {"default"};
+            const std::vector<std::string> variants =
+                only_defaults() ? std::vector<std::string>{"default"}
+                                : settings_from_env("FJ_BENCH_G1_VARIANTS", {"default", "edges=0", "hints=1"});
             double best = 1e30, g1 = 1e30;
             std::string best_v = "default";
             for (const std::string& v : variants) {
@@ -502,19 +513,16 @@ int main(int argc, char** argv) {
             }
             // Exploratory sweeps (tuning): FJ_BENCH_SWEEP="w=250,unroll=16,block=256,smem=100000,tile=2048 w=20,..."
             // times each setting (FJ_CUDA_* variables and CompileOptions::tile_rows) on this panel.
-            if (const char* sw = std::getenv("FJ_BENCH_SWEEP")) {
-                std::istringstream items(sw);
-                for (std::string item; items >> item;) {
-                    std::map<std::string, std::string> kv = parse_setting(item);
-                    apply_setting(kv);
-                    fj::CompileOptions o = cuda;
-                    o.tile_rows = kv.count("tile") ? std::stoll(kv["tile"]) : 0;
-                    const int w = kv.count("w") ? std::stoi(kv["w"]) : 20;
-                    fj::Program p = fj::compile({{"c", corr_w(w)}}, o);
-                    const Timing t = time_run(p, in, outs, 5);
-                    std::printf("  sweep %s: %.3f ms; %s  [smi %s]\n", item.c_str(), t.event_ms, launch_summary(p).c_str(),
-                                t.smi.c_str());
-                }
+            for (const std::string& item : settings_from_env("FJ_BENCH_SWEEP", {})) {
+                std::map<std::string, std::string> kv = parse_setting(item);
+                apply_setting(kv);
+                fj::CompileOptions o = cuda;
+                o.tile_rows = kv.count("tile") ? std::stoll(kv["tile"]) : 0;
+                const int w = kv.count("w") ? std::stoi(kv["w"]) : 20;
+                fj::Program p = fj::compile({{"c", corr_w(w)}}, o);
+                const Timing t = time_run(p, in, outs, 5);
+                std::printf("  sweep %s: %.3f ms; %s  [smi %s]\n", item.c_str(), t.event_ms, launch_summary(p).c_str(),
+                            t.smi.c_str());
             }
             apply_setting({});  // G4 and G5 with the library's defaults
             {
@@ -543,14 +551,9 @@ int main(int argc, char** argv) {
             long long best_tile = 0;
             std::string best_smi, best_launch;
             // The library's defaults (the G5 row), then other settings.
-            std::vector<std::string> g5_settings = {"default"};
-            if (const char* v = std::getenv("FJ_BENCH_VARIANTS"); !v || std::string(v) != "0")
-                g5_settings = {"default", "edges=1"};
-            if (const char* v = std::getenv("FJ_BENCH_G5_SETTINGS")) {  // space-separated settings
-                g5_settings.clear();
-                std::istringstream items(v);
-                for (std::string item; items >> item;) g5_settings.push_back(item);
-            }
+            const std::vector<std::string> g5_settings =
+                only_defaults() ? std::vector<std::string>{"default"}
+                                : settings_from_env("FJ_BENCH_G5_SETTINGS", {"default", "edges=0"});
             for (const std::string& u : g5_settings)
             for (long long tile : {0LL, 160LL}) {
                 apply_setting(parse_setting(u));

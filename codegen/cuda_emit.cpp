@@ -106,8 +106,9 @@ private:
     std::vector<bool> need_double_;        // ... whose float64 value is read too (`v<i>` = (double)iv<i>)
     std::vector<bool> int_state_;          // state kept as `long long s<k>`
     std::vector<bool> int32_, int32_state_;  // ... as `int` (bounded below 2^31)
-    // Run counters (run_counters()): state -> its select `c ? 0 : s + 1`, or -1.
+    // Run counters (run_counters()): state -> its select `c ? 0 : s + 1`, or -1; and back.
     std::vector<std::int32_t> counter_select_;
+    std::vector<std::int32_t> counter_state_;  // instruction -> the state whose select it is, or -1
     std::vector<bool> counter_part_;      // the counter's load and `+ 1`, not emitted
     // Float32 panels: values that are exactly float32 numbers (inputs, float-exact constants, their
     // abs/neg, selects of such, states only ever holding such), see float_values().
@@ -366,6 +367,7 @@ private:
     // Not in big bodies, which keep the codegen v5 shapes.
     void run_counters() {
         counter_select_.assign(k_.states.size(), -1);
+        counter_state_.assign(k_.body.size(), -1);
         counter_part_.assign(k_.body.size(), false);
         if (big_body_) return;
         auto is_const = [&](std::int32_t o, double c) {
@@ -398,6 +400,7 @@ private:
                                k_.body[j].slot == st.slot;
             if (other_loads) continue;
             counter_select_[static_cast<std::size_t>(st.slot)] = st.a;
+            counter_state_[static_cast<std::size_t>(st.a)] = st.slot;
             counter_part_[static_cast<std::size_t>(load)] = counter_part_[static_cast<std::size_t>(sel.c)] = true;
         }
     }
@@ -1103,9 +1106,7 @@ private:
         auto iv = [](std::int32_t n) { return fmt::format("iv{}", n); };
         if (counter_part_[i]) return;
         std::string e;
-        const auto counter = std::find(counter_select_.begin(), counter_select_.end(), static_cast<std::int32_t>(i));
-        if (counter != counter_select_.end()) {
-            const auto st = counter - counter_select_.begin();
+        if (const std::int32_t st = counter_state_[i]; st >= 0) {
             line(ind, "s{} = v{} ? {} : s{};  // run counter, q", st, x.a, -(u + 1), st);
             e = fmt::format("s{} + {}", st, u + 1);
         }

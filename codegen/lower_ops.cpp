@@ -272,30 +272,33 @@ V constancy(IrBuilder& ir, V x, V valid, V t, int d, const std::string& what) {
     return ir.lt(bc1, ir.sub(t, ir.constant(d - 1)));
 }
 
+// Rows since `reset` last held (or since the pass's start; 0 on a reset row): a small integer state of the
+// one shape `reset ? 0 : s + 1`, which backends keep in an integer register and the CUDA emitter as a run
+// counter (codegen/cuda_emit.cpp, run_counters()).
+V rows_since(IrBuilder& ir, V reset, const std::string& what) {
+    int since = ir.new_state(0, "rows since " + what);
+    V s = ir.select(reset, ir.constant(0), ir.add(ir.load(since), ir.constant(1)));
+    ir.store(since, s);
+    return s;
+}
+
 // The same for groups that only answer on full windows (d valid values): a window with a NaN is NaN
 // anyway, so every row counts, NaN rows as changes. The state is the previous row's value and the rows
 // since the last change (a small integer, which backends keep in an integer register); the window
 // t-d+1 .. t is constant iff none of its last d-1 rows changed.
 V constancy_full(IrBuilder& ir, V x, int d, const std::string& what) {
     int prev = ir.new_state(std::numeric_limits<double>::quiet_NaN(), "previous " + what);
-    int since = ir.new_state(0, "rows since a change of " + what);
     V changed = ir.b(Prim::CmpUNE, x, ir.load(prev));  // true when either is NaN
-    V s = ir.select(changed, ir.constant(0), ir.add(ir.load(since), ir.constant(1)));
-    ir.store(since, s);
+    V s = rows_since(ir, changed, "a change of " + what);
     ir.store(prev, x);
     return ir.b(Prim::CmpGE, s, ir.constant(d - 1));
 }
 
-// For groups that only answer on full windows: the rows since the last non-finite one (or the pass's
-// start), so that `run >= d` says the window's d rows are all finite. A count of the finite rows in the
-// window says the same for d >= 2 but adds the row entering and subtracts the one leaving (two selects
-// and two adds per row instead of one select; a run counter is also a select of a constant on a GPU).
-V finite_run(IrBuilder& ir, V finite, const std::string& what) {
-    int since = ir.new_state(0, "rows since a non-finite " + what);
-    V s = ir.select(ir.lnot(finite), ir.constant(0), ir.add(ir.load(since), ir.constant(1)));
-    ir.store(since, s);
-    return s;
-}
+// For groups that only answer on full windows: the rows since the last non-finite one, so that
+// `run >= d` says the window's d rows are all finite. A count of the finite rows in the window says the
+// same for d >= 2 but adds the row entering and subtracts the one leaving (two selects and two adds per
+// row instead of one select; a run counter is also a select of a constant on a GPU).
+V finite_run(IrBuilder& ir, V finite, const std::string& what) { return rows_since(ir, ir.lnot(finite), "a non-finite " + what); }
 
 // Running shifted sums of the finite values entering and leaving a window.
 //
@@ -417,14 +420,12 @@ V Lowering::moments(const Node* node) {
         V shift = shifted(ir_, ir_.new_state(std::numeric_limits<double>::quiet_NaN(), "shift " + what), xv, in_finite);
         Sums sums(ir_, exact_, in_finite, out_finite);
         V yin = sums.in(ir_.sub(xv, shift)), yout = sums.out(ir_.sub(leave, shift));
-        if (full && d >= 2) {  // d finite values or NaN: n = d wherever the result is not NaN
-            g.finite = g.n = finite_run(ir_, in_finite, what);
-            g.infinities = ir_.constant(0);
-        } else if (full) {
-            g.finite = g.n = sums.count("finite n " + what);
+        // d finite values or NaN: n = d wherever the result is not NaN (d >= 2: a run of finite rows).
+        g.finite = full && d >= 2 ? finite_run(ir_, in_finite, what) : sums.count("finite n " + what);
+        if (full) {
+            g.n = g.finite;
             g.infinities = ir_.constant(0);
         } else {
-            g.finite = sums.count("finite n " + what);
             g.n = Sums(ir_, false, in_valid, out_valid).count("n " + what);
             g.infinities = ir_.sub(g.n, g.finite);
         }

@@ -101,14 +101,7 @@ codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype
     eo.loop_copies = settings.copies;
     eo.batched_edges = settings.batched_edges;
     eo.max_threads = settings.launch_bounds;
-    if (settings.cache_hints >= 0) {
-        eo.cache_hints = settings.cache_hints == 1;
-    } else {
-        int max_lag = 0;
-        for (const ir::Inst& x : kernel.body)
-            if (x.op == ir::Prim::Input) max_lag = std::max(max_lag, x.lag);
-        eo.cache_hints = max_lag >= kCacheHintMinLag;
-    }
+    eo.cache_hints = settings.cache_hints >= 0 ? settings.cache_hints == 1 : kernel.max_input_lag >= kCacheHintMinLag;
     if (settings.stages >= 2) {
         codegen::CudaEmitOptions staged = eo;
         staged.async_stages = settings.stages;
