@@ -12,7 +12,8 @@
 // 2^31 elements). Settings are "key=value,..." lists of the FJ_CUDA_* knobs (parse_setting below):
 //   FJ_BENCH_VARIANTS=0        G1 and G5 with the library's defaults only
 //   FJ_BENCH_G1_VARIANTS="default hints=1 edges=0 ..."   the G1 settings, in order (default first: the G1 row)
-//   FJ_BENCH_G5_SETTINGS="default edges=0 ..."           the G5 settings, each at two tile lengths
+//   FJ_BENCH_G5_SETTINGS="default edges=0 block=256,tile=313 ..."   the G5 settings, each at its `tile`
+//                              or, without one, at two tile lengths (auto and 160 rows)
 //   FJ_BENCH_SWEEP="w=250,hints=0 tile=4000 ..."         more settings on the 50,000 x 50,000 panel
 #include <unistd.h>
 
@@ -354,6 +355,12 @@ std::vector<std::string> settings_from_env(const char* name, std::vector<std::st
     return items;
 }
 
+// A setting's own `tile` where it names one, else `fallback`.
+std::vector<long long> tiles_of(const std::map<std::string, std::string>& kv, std::vector<long long> fallback) {
+    auto it = kv.find("tile");
+    return it == kv.end() ? fallback : std::vector<long long>{std::stoll(it->second)};
+}
+
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
 // The launch line of explain() ("grid ... tile(s) of ... rows") and the kernel line's registers.
@@ -555,7 +562,7 @@ int main(int argc, char** argv) {
                 only_defaults() ? std::vector<std::string>{"default"}
                                 : settings_from_env("FJ_BENCH_G5_SETTINGS", {"default", "edges=0"});
             for (const std::string& u : g5_settings)
-            for (long long tile : {0LL, 160LL}) {
+            for (long long tile : tiles_of(parse_setting(u), {0LL, 160LL})) {
                 apply_setting(parse_setting(u));
                 fj::CompileOptions o = cuda;
                 o.tile_rows = tile;

@@ -380,6 +380,38 @@ TEST_CASE("launch configuration") {
         CHECK(s.ntiles >= 20);
         CHECK(s.tile_rows * s.ntiles >= 5000);
         CHECK((s.ntiles - 1) * s.tile_rows < 5000);
+        // Too few rows for many waves: as few whole waves as the floor allows, here one.
+        CHECK(s.grid_x * s.ntiles <= 132 * 4);
+        CHECK(s.ntiles == 32);
+    }
+    SUBCASE("5,000 x 4,000 as on the H200 (blocks of 512, one per SM): one wave of 313-row tiles") {
+        in.rows = 5000;
+        in.cols = 4000;
+        in.block = 512;
+        in.blocks_per_sm = 1;
+        const cu::LaunchShape s = cu::choose_launch(in);
+        CHECK(s.grid_x == 8);
+        CHECK(s.ntiles == 16);
+        CHECK(s.tile_rows == 313);
+    }
+    SUBCASE("10,000 x 4,000 as on the H200: floor tiles would make 4 waves; the model's least is one") {
+        in.rows = 10000;
+        in.cols = 4000;
+        in.block = 512;
+        in.blocks_per_sm = 1;
+        const cu::LaunchShape s = cu::choose_launch(in);
+        // one wave of 625 + 19 + 32 rows against two of 304 + 51, three of 205 + 51, four of 152 + 51
+        CHECK(s.ntiles == 16);
+        CHECK(s.tile_rows == 625);
+    }
+    SUBCASE("20,000 x 4,000 as on the H200: floor tiles make 8 waves, more than kFewWaves, so they stay") {
+        in.rows = 20000;
+        in.cols = 4000;
+        in.block = 512;
+        in.blocks_per_sm = 1;
+        const cu::LaunchShape s = cu::choose_launch(in);
+        CHECK(s.ntiles == 132);
+        CHECK(s.tile_rows == 152);
     }
     SUBCASE("one column: a single warp per block") {
         in.rows = 1000;

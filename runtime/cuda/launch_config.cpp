@@ -8,6 +8,22 @@ namespace fj::rt::cuda {
 
 namespace {
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// Too few rows for more than kFewWaves waves: the tile count whose modelled run time is least, each wave costing its
+// longest block, (tile + halo + kWaveStartRows) rows. Fewer waves pay fewer halos, whole waves leave no
+// SM idle; no tile shorter than floor_rows. The loop runs at most rows / floor_rows times, and that is
+// small here.
+std::int64_t few_waves_tile(const LaunchInput& in, std::int64_t grid_x, std::int64_t resident,
+                            std::int64_t floor_rows) {
+    const std::int64_t max_tiles = std::max<std::int64_t>(1, in.rows / floor_rows);
+    std::int64_t best_tile = in.rows, best_cost = -1;
+    for (std::int64_t n = 1; n <= max_tiles; ++n) {
+        const std::int64_t tile = ceil_div(in.rows, n);
+        const std::int64_t cost = ceil_div(grid_x * n, resident) * (tile + in.halo + kWaveStartRows);
+        if (best_cost < 0 || cost < best_cost) best_cost = cost, best_tile = tile;
+    }
+    return best_tile;
+}
 }  // namespace
 
 LaunchShape choose_launch(const LaunchInput& in) {
@@ -28,7 +44,11 @@ LaunchShape choose_launch(const LaunchInput& in) {
         tile = ceil_div(in.rows, want_tiles);
         const std::int64_t floor_rows =
             std::max<std::int64_t>(in.min_tile_rows, static_cast<std::int64_t>(in.min_halo_ratio) * in.halo);
-        tile = std::max(tile, floor_rows);
+        if (tile < floor_rows) {
+            tile = floor_rows;
+            const std::int64_t floor_waves = ceil_div(s.grid_x * ceil_div(in.rows, floor_rows), resident);
+            if (floor_waves <= kFewWaves) tile = few_waves_tile(in, s.grid_x, resident, floor_rows);
+        }
         // Even tiles: the last one as long as the others (no short straggler).
         tile = ceil_div(in.rows, ceil_div(in.rows, tile));
     }
