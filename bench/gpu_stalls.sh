@@ -11,8 +11,11 @@ mkdir -p "$LOG"
 N=${1:-40}
 export FJ_CACHE_DIR=/tmp/fj_stalls_cache
 rm -f "$LOG/stalls.ncu-rep"
-timeout 240 ncu --clock-control none --section WarpStateStats --section SourceCounters \
-  -k regex:fj_corr --launch-skip 1 --launch-count 1 -o "$LOG/stalls" build-gpu/bench_gpu --profile > "$LOG/stalls_ncu.log" 2>&1
+# FJ_STALLS_KERNEL / FJ_STALLS_CMD profile another kernel and program (e.g. bench/proto/scan_corr.cu's).
+timeout 240 ncu --clock-control none --section WarpStateStats --section SourceCounters --section SchedulerStats \
+  -k "regex:${FJ_STALLS_KERNEL:-fj_corr}" --launch-skip 1 --launch-count 1 -o "$LOG/stalls" \
+  ${FJ_STALLS_CMD:-build-gpu/bench_gpu --profile} > "$LOG/stalls_ncu.log" 2>&1
+ncu -i "$LOG/stalls.ncu-rep" --page details --section WarpStateStats --section SchedulerStats 2>/dev/null | grep -E "Warp Cycles|Issued|Eligible|Active Warps|No Eligible|One or More" | head -12
 tail -3 "$LOG/stalls_ncu.log"
 ncu -i "$LOG/stalls.ncu-rep" --page source --csv --print-source sass > "$LOG/stalls_source.csv" 2> "$LOG/stalls_source.err"
 python3 - "$LOG/stalls_source.csv" "$N" <<'PY'
