@@ -1,0 +1,371 @@
+// Prototype (experiment, not part of the library): a rolling-correlation kernel that keeps a column strip's
+// whole window in shared memory, to test whether long windows (G4: w = 250 within 1.3 x w = 20) can run
+// near the bandwidth floor. Hand-written for corr(window(A,w), window(B,w)) on float32, full windows.
+//
+// Why: the library's column-scan kernels read the row leaving a window from global memory, w rows after
+// they read it entering. With 512 threads per SM in flight that is 132 x 512 x w x 8 bytes of rows to keep
+// in L2: 135 MB at w = 250, 2.7 x the L2, so the re-reads go to DRAM. Keeping the window on chip allows
+// only about 64 columns per SM (64 x 8 B x (w + lookahead) in shared memory); so that 512 threads still
+// work, 8 threads share a column: each batch of 32 rows is cut into 8 segments of 4 rows (one per warp;
+// lanes are the strip's 32 columns), each segment sums its rows' entering-minus-leaving deltas, and the
+// segments' totals are combined through shared memory (an exclusive scan over warps). The float32 sums are
+// exact in float64 (shifted values, as the library's lowering keeps them), so the order of the additions
+// changes nothing.
+//
+// Loads: cp.async of 16 bytes straight into the ring (row-major, 32 floats per row: conflict-free reads
+// by lanes = columns), P batches ahead; one __syncthreads when a batch has landed, one after the totals.
+//
+//   nvcc -O3 -arch=sm_90 -o scan_corr bench/proto/scan_corr.cu && ./scan_corr [rows cols]
+// prints, for w = 20 and w = 250 and several tile lengths, the median time of 5 runs, the copy floor of
+// the same run, and the error against a float64 two-pass reference on a few columns.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CK(x)                                                                                  \
+    do {                                                                                       \
+        cudaError_t e_ = (x);                                                                  \
+        if (e_ != cudaSuccess) {                                                               \
+            std::fprintf(stderr, "%s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
+            std::exit(1);                                                                      \
+        }                                                                                      \
+    } while (0)
+
+constexpr int C = 32;          // columns per block (the lanes of a warp)
+constexpr int S = 8;           // segments per batch (the warps of a block)
+constexpr int R = 4;           // rows per segment
+constexpr int BATCH = S * R;   // rows per batch
+constexpr int P = 2;           // batches loaded ahead (3 would leave one block per SM at w = 250)
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_wait_ahead() { asm volatile("cp.async.wait_group %0;\n" ::"n"(P - 1)); }
+
+__device__ __forceinline__ bool is_finite32(float v) { return fabsf(v) <= 3.402823466e38f; }
+
+// Shared memory after the two rings: the segments' totals (structure of arrays, lanes contiguous: no bank
+// conflicts) and, double-buffered, the running totals through each batch (written by the last segment).
+struct Shared {
+    double* tsum;  // [S][5][C]
+    int* tcnt;     // [S][3][C]
+    double* csum;  // [2][5][C]
+    int* ccnt;     // [2][3][C]
+};
+
+// The per-thread state of a pass.
+struct PassState {
+    double shx, shy;
+    float shx32, shy32;  // the same as float32: a masked value becomes the shift, so that it adds 0
+    double base[5];
+    int base_cnt[3];  // latest non-finite row, latest change of x, of y (-1: none)
+};
+
+// One batch of one segment. kInterior: every row of the batch has a leaving row inside the pass and is an
+// output row (no guards).
+template <bool kInterior>
+__device__ __forceinline__ void run_batch(const float* ra, const float* rb, float* out_col, const Shared& sh,
+                                          PassState& st, int lane, int seg, int ring_rows, int w, int u_batch,
+                                          int slot_batch, int buf, long long n_pass, long long first_out_u,
+                                          long long ld, bool active) {
+    double L[R][5];
+    int lc[R][3];
+    double acc[5] = {0, 0, 0, 0, 0};
+    int m[3] = {-1, -1, -1};
+    const int u_seg = u_batch + seg * R;
+    const int s = slot_batch + seg * R;  // ring_rows is a multiple of BATCH: a segment never wraps
+    int so = s - w;
+    if (so < 0) so += ring_rows;  // its leaving rows may: the ring's first R - 1 rows are mirrored after it
+    const float *xa = ra + s * C + lane, *ya = rb + s * C + lane;
+    const float *xl = ra + so * C + lane, *yl = rb + so * C + lane;
+    float px, py;  // the row before the segment (NaN before the pass: a change)
+    {
+        const int sp = s == 0 ? ring_rows - 1 : s - 1;
+        px = u_seg > 0 ? ra[sp * C + lane] : __int_as_float(0x7fc00000);
+        py = u_seg > 0 ? rb[sp * C + lane] : __int_as_float(0x7fc00000);
+    }
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        const int u = u_seg + i;
+        const float x = xa[i * C], y = ya[i * C];
+        const bool fin = is_finite32(x) && is_finite32(y);
+        const double xi = static_cast<double>(fin ? x : st.shx32) - st.shx;
+        const double yi = static_cast<double>(fin ? y : st.shy32) - st.shy;
+        double xo = 0, yo = 0;
+        if (kInterior || u >= w) {
+            const float x2 = xl[i * C], y2 = yl[i * C];
+            const bool fo = is_finite32(x2) && is_finite32(y2);
+            xo = static_cast<double>(fo ? x2 : st.shx32) - st.shx;
+            yo = static_cast<double>(fo ? y2 : st.shy32) - st.shy;
+        }
+        acc[0] += xi - xo;
+        acc[1] += yi - yo;
+        acc[2] += fma(xi, xi, -xo * xo);
+        acc[3] += fma(yi, yi, -yo * yo);
+        acc[4] += fma(xi, yi, -xo * yo);
+#pragma unroll
+        for (int k = 0; k < 5; ++k) L[i][k] = acc[k];
+        if (!fin) m[0] = u;
+        if (!(x == px)) m[1] = u;  // NaN on either side is a change
+        if (!(y == py)) m[2] = u;
+#pragma unroll
+        for (int k = 0; k < 3; ++k) lc[i][k] = m[k];
+        px = x, py = y;
+    }
+    double* const my_sum = sh.tsum + seg * 5 * C + lane;
+    int* const my_cnt = sh.tcnt + seg * 3 * C + lane;
+#pragma unroll
+    for (int k = 0; k < 5; ++k) my_sum[k * C] = acc[k];
+#pragma unroll
+    for (int k = 0; k < 3; ++k) my_cnt[k * C] = m[k];
+    __syncthreads();
+    // The exclusive prefix of the earlier segments (warp-uniform trip count).
+    double E[5];
+    int e[3];
+#pragma unroll
+    for (int k = 0; k < 5; ++k) E[k] = st.base[k];
+#pragma unroll
+    for (int k = 0; k < 3; ++k) e[k] = st.base_cnt[k];
+    for (const double* ts = sh.tsum + lane; ts != my_sum; ts += 5 * C) {
+#pragma unroll
+        for (int k = 0; k < 5; ++k) E[k] += ts[k * C];
+    }
+    for (const int* tc = sh.tcnt + lane; tc != my_cnt; tc += 3 * C) {
+#pragma unroll
+        for (int k = 0; k < 3; ++k) e[k] = max(e[k], tc[k * C]);
+    }
+    if (seg == S - 1) {
+#pragma unroll
+        for (int k = 0; k < 5; ++k) sh.csum[(buf * 5 + k) * C + lane] = E[k] + acc[k];
+#pragma unroll
+        for (int k = 0; k < 3; ++k) sh.ccnt[(buf * 3 + k) * C + lane] = max(e[k], m[k]);
+    }
+    const double n = w;
+    float* op = out_col + static_cast<long long>(u_seg) * ld;
+#pragma unroll
+    for (int i = 0; i < R; ++i, op += ld) {
+        const int u = u_seg + i;
+        if (!kInterior && (!active || u >= n_pass || u < first_out_u)) continue;
+        const double sx = E[0] + L[i][0], sy = E[1] + L[i][1], sxx = E[2] + L[i][2], syy = E[3] + L[i][3],
+                     sxy = E[4] + L[i][4];
+        const int run_f = u - max(e[0], lc[i][0]);
+        const int run_cx = u - max(e[1], lc[i][1]), run_cy = u - max(e[2], lc[i][2]);
+        const double cxy = fma(n, sxy, -sx * sy), vx = fma(n, sxx, -sx * sx), vy = fma(n, syy, -sy * sy);
+        float rr = static_cast<float>(cxy) * rsqrtf(static_cast<float>(vx * vy));
+        rr = fminf(fmaxf(rr, -1.0f), 1.0f);
+        const bool ok = run_f >= w && run_cx < w - 1 && run_cy < w - 1 && vx > 0 && vy > 0;
+        if (kInterior && !active) continue;
+        *op = ok ? rr : __int_as_float(0x7fc00000);
+    }
+}
+
+// ring_rows >= w + (P + 1) * BATCH and a multiple of BATCH. Columns: cols % 4 == 0 and ld % 4 == 0 (16-byte loads).
+extern "C" __global__ void __launch_bounds__(C * S, 2)
+scan_corr(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ O, long long rows,
+          long long cols, long long ld, int w, long long tile, int ring_rows) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    float* ra = reinterpret_cast<float*>(smem);
+    float* rb = ra + (ring_rows + R) * C;  // each ring: ring_rows rows and a mirror of its first R - 1 (one spare)
+    Shared sh;
+    sh.tsum = reinterpret_cast<double*>(rb + (ring_rows + R) * C);
+    sh.csum = sh.tsum + S * 5 * C;
+    sh.tcnt = reinterpret_cast<int*>(sh.csum + 2 * 5 * C);
+    sh.ccnt = sh.tcnt + S * 3 * C;
+
+    const int lane = threadIdx.x & 31, seg = threadIdx.x >> 5, tid = threadIdx.x;
+    const long long col = static_cast<long long>(blockIdx.x) * C + lane;
+    const bool active = col < cols;
+    const int lrow = tid >> 3, lc4 = (tid & 7) * 4;  // the loader's row of a batch and first column
+    const long long gcol = static_cast<long long>(blockIdx.x) * C + lc4;
+
+    for (long long ti = blockIdx.y; ti * tile < rows; ti += gridDim.y) {
+        const long long t0 = ti * tile, t1 = min(rows, t0 + tile);
+        const long long p0 = max(0LL, t0 - (w - 1));
+        const long long n_pass = t1 - p0;
+        const long long nb = (n_pass + BATCH - 1) / BATCH;
+        const long long first_out_u = t0 - p0;
+        // The loader's next batch: its ring slot and its source rows, advanced by one batch per issue.
+        int load_slot = lrow;
+        long long load_u = lrow;
+        auto issue = [&]() {
+            const bool ok = load_u < n_pass && gcol < cols;
+            const long long off = ok ? (p0 + load_u) * ld + gcol : 0;
+            cp_async16(ra + load_slot * C + lc4, A + off, ok ? 16 : 0);
+            cp_async16(rb + load_slot * C + lc4, B + off, ok ? 16 : 0);
+            if (load_slot < R - 1) {  // the mirror after the ring
+                cp_async16(ra + (ring_rows + load_slot) * C + lc4, A + off, ok ? 16 : 0);
+                cp_async16(rb + (ring_rows + load_slot) * C + lc4, B + off, ok ? 16 : 0);
+            }
+            load_u += BATCH;
+            load_slot += BATCH;
+            if (load_slot >= ring_rows) load_slot -= ring_rows;
+        };
+        __syncthreads();  // the previous pass's reads of the ring are done
+        for (int b = 0; b < P; ++b) {
+            if (b < nb) issue();
+            cp_commit();
+        }
+        PassState st{};
+#pragma unroll
+        for (int k = 0; k < 3; ++k) st.base_cnt[k] = -1;
+        float* out_col = O + p0 * ld + col;
+        int slot_b = 0;
+        for (long long b = 0; b < nb; ++b) {
+            cp_wait_ahead();
+            // Batch b has landed for every thread, and every thread is done with batch b - 1: its ring rows
+            // may be overwritten and its segments' totals (one buffer) rewritten. Two barriers per batch.
+            __syncthreads();
+            if (b + P < nb) issue();
+            cp_commit();
+            if (b == 0) {
+                const float x0 = ra[lane], y0 = rb[lane];
+                st.shx32 = is_finite32(x0) ? x0 : 0.0f;
+                st.shy32 = is_finite32(y0) ? y0 : 0.0f;
+                st.shx = st.shx32, st.shy = st.shy32;
+            } else {  // the running totals through the last batch (its last segment wrote them before the barrier)
+                const int pb = static_cast<int>((b - 1) & 1);
+#pragma unroll
+                for (int k = 0; k < 5; ++k) st.base[k] = sh.csum[(pb * 5 + k) * C + lane];
+#pragma unroll
+                for (int k = 0; k < 3; ++k) st.base_cnt[k] = sh.ccnt[(pb * 3 + k) * C + lane];
+            }
+            const int u_batch = static_cast<int>(b * BATCH);
+            const int buf = static_cast<int>(b & 1);
+            const bool interior = u_batch >= w && u_batch >= first_out_u && u_batch + BATCH <= n_pass;
+            if (interior)
+                run_batch<true>(ra, rb, out_col, sh, st, lane, seg, ring_rows, w, u_batch, slot_b, buf, n_pass,
+                                first_out_u, ld, active);
+            else
+                run_batch<false>(ra, rb, out_col, sh, st, lane, seg, ring_rows, w, u_batch, slot_b, buf, n_pass,
+                                 first_out_u, ld, active);
+            slot_b += BATCH;
+            if (slot_b >= ring_rows) slot_b -= ring_rows;
+        }
+        asm volatile("cp.async.wait_all;\n" ::);
+    }
+}
+
+// ---- data and reference (the same walks as bench_gpu.cpp) ----------------------------------------------
+__device__ unsigned long long mixbits(unsigned long long z) {
+    z += 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+__device__ float gauss(unsigned long long k) {
+    const unsigned long long h = mixbits(k);
+    const float u1 = ((unsigned)(h >> 40) + 0.5f) * (1.0f / 16777216.0f);
+    const float u2 = ((unsigned)(h & 0xffffffu) + 0.5f) * (1.0f / 16777216.0f);
+    return sqrtf(-2.0f * __logf(u1)) * __cosf(6.2831853f * u2);
+}
+// Random walks around 100 (steps 0.1 N(0,1)), B = 0.5 A + N(0,1); one NaN in about 20,000 values of A.
+__global__ void gen(float* a, float* b, long long rows, long long cols, unsigned long long seed) {
+    const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= cols) return;
+    const unsigned long long base = (seed * 0x100000001b3ULL + (unsigned long long)j) * 0x2545F4914F6CDD1DULL;
+    double p = 100.0 + 5.0 * gauss(base);
+    for (long long t = 0; t < rows; ++t) {
+        const unsigned long long k = base + 2ULL * (unsigned long long)t * 0x9E3779B97F4A7C15ULL;
+        p += 0.1 * gauss(k);
+        const bool hole = (mixbits(k + 7) % 20000) == 0;
+        a[t * cols + j] = hole ? __int_as_float(0x7fc00000) : (float)p;
+        b[t * cols + j] = (float)(0.5 * p + gauss(k + 1));
+    }
+}
+
+std::vector<double> host_column(const float* d, long long rows, long long cols, long long j) {
+    std::vector<float> f(rows);
+    CK(cudaMemcpy2D(f.data(), 4, d + j, cols * 4, 4, rows, cudaMemcpyDeviceToHost));
+    return std::vector<double>(f.begin(), f.end());
+}
+
+// Window by window, two-pass, float64: NaN unless all w pairs are finite and neither side is constant.
+double ref_corr(const std::vector<double>& x, const std::vector<double>& y, long long t, int w) {
+    if (t + 1 < w) return NAN;
+    double mx = 0, my = 0;
+    for (long long i = t - w + 1; i <= t; ++i) {
+        if (!std::isfinite(x[i]) || !std::isfinite(y[i])) return NAN;
+        mx += x[i], my += y[i];
+    }
+    mx /= w, my /= w;
+    double cxy = 0, vx = 0, vy = 0;
+    for (long long i = t - w + 1; i <= t; ++i) cxy += (x[i] - mx) * (y[i] - my), vx += (x[i] - mx) * (x[i] - mx), vy += (y[i] - my) * (y[i] - my);
+    if (vx <= 0 || vy <= 0) return NAN;
+    return std::clamp(cxy / std::sqrt(vx * vy), -1.0, 1.0);
+}
+
+int main(int argc, char** argv) {
+    const long long rows = argc > 1 ? std::atoll(argv[1]) : 50000, cols = argc > 2 ? std::atoll(argv[2]) : 50000;
+    const size_t bytes = static_cast<size_t>(rows) * cols * 4;
+    float *a, *b, *o;
+    CK(cudaMalloc(&a, bytes));
+    CK(cudaMalloc(&b, bytes));
+    CK(cudaMalloc(&o, bytes));
+    gen<<<(cols + 127) / 128, 128>>>(a, b, rows, cols, 1);
+    CK(cudaDeviceSynchronize());
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    auto median_ms = [&](auto&& launch, int reps) {
+        launch(), launch();
+        std::vector<float> ts;
+        for (int i = 0; i < reps; ++i) {
+            CK(cudaEventRecord(e0));
+            launch();
+            CK(cudaEventRecord(e1));
+            CK(cudaEventSynchronize(e1));
+            float ms = 0;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            ts.push_back(ms);
+        }
+        CK(cudaGetLastError());
+        std::sort(ts.begin(), ts.end());
+        return ts[ts.size() / 2];
+    };
+    const float copy_ms = median_ms([&] { CK(cudaMemcpyAsync(o, a, bytes, cudaMemcpyDeviceToDevice)); }, 7);
+    const double bw = 2.0 * bytes / (copy_ms * 1e-3), floor_ms = 3.0 * bytes / bw * 1e3;
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    std::printf("proto scan_corr: %lld x %lld f32, copy %.3f TB/s, floor %.3f ms, %d SMs\n", rows, cols, bw / 1e12,
+                floor_ms, sms);
+    const long long check_cols[] = {0, 1, 4097, cols / 2 + 3, cols - 1};
+    for (int w : {20, 250}) {
+        const int ring = (w + (P + 1) * BATCH + BATCH - 1) / BATCH * BATCH;
+        const size_t smem = static_cast<size_t>(ring + R) * C * 8 + (S + 2) * C * (5 * 8 + 3 * 4);
+        CK(cudaFuncSetAttribute(scan_corr, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        int per_sm = 0;
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, scan_corr, C * S, smem));
+        cudaFuncAttributes fa;
+        CK(cudaFuncGetAttributes(&fa, scan_corr));
+        const long long grid_x = (cols + C - 1) / C;
+        for (long long tile : {rows, 12500LL, 5000LL}) {
+            if (tile > rows) continue;
+            const long long ntiles = (rows + tile - 1) / tile;
+            const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(std::min(ntiles, 65535LL)));
+            const float ms = median_ms([&] {
+                scan_corr<<<grid, C * S, smem>>>(a, b, o, rows, cols, cols, w, tile, ring);
+            }, 5);
+            // check
+            double num = 0, den = 0;
+            long long nan_mis = 0;
+            for (long long j : check_cols) {
+                const auto x = host_column(a, rows, cols, j), y = host_column(b, rows, cols, j),
+                           g = host_column(o, rows, cols, j);
+                for (long long t = 0; t < rows; ++t) {
+                    const double r = ref_corr(x, y, t, w);
+                    if (std::isnan(r) != std::isnan(g[t])) ++nan_mis;
+                    else if (!std::isnan(r)) num += (r - g[t]) * (r - g[t]), den += r * r;
+                }
+            }
+            std::printf("  w=%d tile=%lld: %.3f ms = %.2f x floor; %d regs, %d blocks/SM, smem %zu B; rel frob %.1e, NaN mismatches %lld\n",
+                        w, tile, ms, ms / floor_ms, fa.numRegs, per_sm, smem, std::sqrt(num / den), nan_mis);
+        }
+    }
+    return 0;
+}
