@@ -100,9 +100,10 @@ struct CudaEmitOptions {
     bool big_body_shapes = false;
 };
 
-// Staging costs more shared memory per thread than this: the kernel loads into registers instead
-// (fewer than about 600 threads would fit an SM's 227 KB).
-inline constexpr int kCudaMaxStageBytesPerThread = 384;
+// Staging costs more shared memory per thread than this: the kernel loads into registers instead. Room
+// for 8 float32 stages of corr's 32 loads (8 rows x 4): about 220 threads per SM, for experiments with
+// deep copies at low occupancy (long windows whose leaving rows must stay in L2; bench/RESULTS.md).
+inline constexpr int kCudaMaxStageBytesPerThread = 1056;
 
 // A valid C identifier from kernel.name ("fj_" prefixed when needed, at most 120 characters).
 std::string cuda_kernel_name(const ir::Kernel& kernel);

@@ -283,10 +283,13 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         CHECK(staged.emitted.unroll == cu::kSpecializedStagedUnroll);
         CHECK(staged.smem_per_thread == (2 * 32 + 1) * 4);  // 2 stages of 8 rows x 4 loads, odd stride
         CHECK(staged.registers > 0);
-        // Float64 stages would take more than kCudaMaxStageBytesPerThread: register loads.
+        // Five float64 stages would take more than kCudaMaxStageBytesPerThread: register loads; five float32
+        // stages fit.
+        st.stages = 5;
         const auto f64 = specialised(plan, st, fj::DType::F64);
         CHECK(f64.smem_per_thread == 0);
         CHECK(f64.source.find("cp.async") == std::string::npos);
+        CHECK(specialised(plan, st).smem_per_thread == (5 * 32 + 1) * 4);
     }
     SUBCASE("launch bounds; without masked edge batches") {
         cu::CudaSettings e;

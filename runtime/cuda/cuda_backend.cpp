@@ -52,7 +52,7 @@ CudaSettings CudaSettings::from_env() {
     s.smem = env_int("FJ_CUDA_SMEM", 0, 0, 232448);
     s.fixed_ld = env_int("FJ_CUDA_FIXED_LD", -1, -1, 1);
     s.l2_prefetch = env_int("FJ_CUDA_PREFETCH", -1, -1, 4096);
-    s.stages = env_int("FJ_CUDA_STAGES", kSpecializedStages, 0, 4);
+    s.stages = env_int("FJ_CUDA_STAGES", kSpecializedStages, 0, 8);
     s.copies = env_int("FJ_CUDA_COPIES", kSpecializedLoopCopies, 1, 4);
     s.big_body_shapes = env_int("FJ_CUDA_BIG_BODY_SHAPES", 0, 0, 1) != 0;
     s.batched_edges = env_int("FJ_CUDA_EDGES", 1, 0, 1) != 0;
