@@ -387,32 +387,28 @@ TEST_CASE("launch configuration") {
         CHECK(s.grid_x * s.ntiles <= 132 * 4);
         CHECK(s.ntiles == 32);
     }
-    SUBCASE("5,000 x 4,000 as on the H200 (blocks of 512, one per SM): one wave of 313-row tiles") {
-        in.rows = 5000;
-        in.cols = 4000;
+    // The corr w=20 kernel's shape on the H200: blocks of 512 threads, one per SM.
+    auto on_h200 = [&](std::int64_t rows, std::int64_t cols) {
         in.block = 512;
         in.blocks_per_sm = 1;
-        const cu::LaunchShape s = cu::choose_launch(in);
+        in.rows = rows;
+        in.cols = cols;
+        return cu::choose_launch(in);
+    };
+    SUBCASE("5,000 x 4,000 as on the H200: one wave of 313-row tiles") {
+        const cu::LaunchShape s = on_h200(5000, 4000);
         CHECK(s.grid_x == 8);
         CHECK(s.ntiles == 16);
         CHECK(s.tile_rows == 313);
     }
     SUBCASE("10,000 x 4,000 as on the H200: floor tiles would make 4 waves; the model's least is one") {
-        in.rows = 10000;
-        in.cols = 4000;
-        in.block = 512;
-        in.blocks_per_sm = 1;
-        const cu::LaunchShape s = cu::choose_launch(in);
+        const cu::LaunchShape s = on_h200(10000, 4000);
         // one wave of 625 + 19 + 32 rows against two of 304 + 51, three of 205 + 51, four of 152 + 51
         CHECK(s.ntiles == 16);
         CHECK(s.tile_rows == 625);
     }
     SUBCASE("20,000 x 4,000 as on the H200: floor tiles make 8 waves, more than kFewWaves, so they stay") {
-        in.rows = 20000;
-        in.cols = 4000;
-        in.block = 512;
-        in.blocks_per_sm = 1;
-        const cu::LaunchShape s = cu::choose_launch(in);
+        const cu::LaunchShape s = on_h200(20000, 4000);
         CHECK(s.ntiles == 132);
         CHECK(s.tile_rows == 152);
     }
