@@ -68,8 +68,9 @@ CudaSettings CudaSettings::from_env() {
 
 std::vector<std::string> nvrtc_options(const std::string& arch, const CudaSettings& settings) {
     std::vector<std::string> o = codegen::cuda_compile_options(arch, settings.fmad);
-    // NVRTC 12.4+: leave out the texture, device-runtime and driver-type declarations generated kernels never
-    // use; the front end's share of a cold compile falls from about 44 to 29 ms (std w=250 on this machine).
+    // NVRTC 12.4+: leave out the texture, device-runtime and driver-type declarations generated kernels
+    // never use; the front end's share of a cold compile falls from about 44 to 25-29 ms (NVRTC --time,
+    // the development machine; J1 on the H200 in bench/RESULTS.md).
     if (nvrtc_api().version >= kNvrtcMinimalVersion) o.push_back("-minimal");
     o.insert(o.end(), settings.extra_options.begin(), settings.extra_options.end());
     return o;

@@ -9,10 +9,10 @@ namespace fj::rt::cuda {
 namespace {
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-// Too few rows for more than kFewWaves waves: the tile count whose modelled run time is least, each wave costing its
-// longest block, (tile + halo + kWaveStartRows) rows. Fewer waves pay fewer halos, whole waves leave no
-// SM idle; no tile shorter than floor_rows. The loop runs at most rows / floor_rows times, and that is
-// small here.
+// Too few rows for more than kFewWaves waves: the tile count whose modelled run time is least, each
+// wave costing its longest block, (tile + halo + kWaveStartRows) rows. Fewer waves pay fewer halos,
+// whole waves leave no SM idle; no tile shorter than floor_rows. The loop runs at most rows / floor_rows
+// times, which is below kFewWaves * resident / grid_x here.
 std::int64_t few_waves_tile(const LaunchInput& in, std::int64_t grid_x, std::int64_t resident,
                             std::int64_t floor_rows) {
     const std::int64_t max_tiles = std::max<std::int64_t>(1, in.rows / floor_rows);

@@ -8,10 +8,10 @@
 //   * tiles: enough blocks for `waves` waves of resident blocks (sm_count * blocks_per_sm), but no
 //     tile shorter than `min_halo_ratio` x halo (the halo's extra reads stay <= 1 / min_halo_ratio of a
 //     tile's) nor than `min_tile_rows`; and never more than the grid's y limit;
-//   * where even tiles of that floor make at most kFewWaves waves (5,000 x 4,000 with w = 20), the tile count that runs in the
-//     fewest modelled row-times, a wave costing its tile, its halo and kWaveStartRows: in practice whole
-//     waves, as few as the floor allows (H200, corr w=20 on 5,000 x 4,000: one wave of 313-row tiles
-//     0.096 ms, two waves of 152 rows 0.107 ms);
+//   * where even tiles of that floor make at most kFewWaves waves (5,000 x 4,000 with w = 20), the tile
+//     count that runs in the fewest modelled row-times, a wave costing its tile, its halo and
+//     kWaveStartRows: in practice whole waves, as few as the floor allows (H200, corr w=20 on
+//     5,000 x 4,000: one wave of 313-row tiles 0.096 ms, two waves of 152 rows 0.107 ms);
 //   * an explicit tile_rows (CompileOptions::tile_rows, for benchmarks and tests) wins.
 // Many waves, because a block holds its SM for its whole tile: with few waves the last one leaves SMs
 // idle (H200, corr w=20 on 50,000 x 50,000: 4.5 waves 19.4 ms, 36 waves 17.8 ms).
