@@ -13,8 +13,8 @@
 // changes nothing.
 //
 // Loads: cp.async of 16 bytes straight into the ring (row-major, 32 floats per row: conflict-free reads
-// by lanes = columns), P batches ahead; one __syncthreads when a batch has landed, one after the totals.
-// The running totals through a batch are double-buffered, so no third barrier.
+// by lanes = columns), P batches ahead. Three barriers per batch: the batch has landed; the segments'
+// totals are written; their exclusive prefix (one quantity per warp) is written.
 //
 //   nvcc -O3 -arch=sm_90 -o scan_corr bench/proto/scan_corr.cu && ./scan_corr [rows cols]
 // prints, for w = 20 and w = 250 and several tile lengths, the median time of 5 runs, the copy floor of
@@ -62,21 +62,21 @@ __device__ __forceinline__ void cp_wait_ahead() { asm volatile("cp.async.wait_gr
 
 __device__ __forceinline__ bool is_finite32(float v) { return fabsf(v) <= 3.402823466e38f; }
 
-// Shared memory after the two rings: the segments' totals (structure of arrays, lanes contiguous: no bank
-// conflicts) and, double-buffered, the running totals through each batch (written by the last segment).
+// Shared memory after the two rings: the segments' totals, then their exclusive prefix in place (structure
+// of arrays, lanes contiguous: no bank conflicts).
 struct Shared {
     double* tsum;  // [S][5][C]
     int* tcnt;     // [S][3][C]
-    double* csum;  // [2][5][C]
-    int* ccnt;     // [2][3][C]
 };
 
 // The per-thread state of a pass.
 struct PassState {
     double shx, shy;
     float shx32, shy32;  // the same as float32: a masked value becomes the shift, so that it adds 0
-    double base[5];
-    int base_cnt[3];  // latest non-finite row, latest change of x, of y (-1: none)
+    // The running total through the last batch of the quantity this warp scans (see run_batch): a sum for
+    // warps 0-4, a latest reset row for warps 5-7 (latest non-finite row, change of x, of y; -1: none).
+    double base_sum;
+    int base_cnt;
 };
 
 // One batch of one segment. kInterior: every row of the batch has a leaving row inside the pass and is an
@@ -84,7 +84,7 @@ struct PassState {
 template <bool kInterior>
 __device__ __forceinline__ void run_batch(const float* ra, const float* rb, float* out_col, const Shared& sh,
                                           PassState& st, int lane, int seg, int ring_rows, int w, int u_batch,
-                                          int slot_batch, int buf, long long n_pass, long long first_out_u,
+                                          int slot_batch, long long n_pass, long long first_out_u,
                                           long long ld, bool active) {
     double L[R][5];
     int lc[R][3];
@@ -116,11 +116,12 @@ __device__ __forceinline__ void run_batch(const float* ra, const float* rb, floa
             xo = static_cast<double>(fo ? x2 : st.shx32) - st.shx;
             yo = static_cast<double>(fo ? y2 : st.shy32) - st.shy;
         }
-        acc[0] += xi - xo;
-        acc[1] += yi - yo;
-        acc[2] += fma(xi, xi, -xo * xo);
-        acc[3] += fma(yi, yi, -yo * yo);
-        acc[4] += fma(xi, yi, -xo * yo);
+        // Two steps each, every one exact (shifted float32 values: see the header), so any order agrees.
+        acc[0] = (acc[0] + xi) - xo;
+        acc[1] = (acc[1] + yi) - yo;
+        acc[2] = fma(-xo, xo, fma(xi, xi, acc[2]));
+        acc[3] = fma(-yo, yo, fma(yi, yi, acc[3]));
+        acc[4] = fma(-xo, yo, fma(xi, yi, acc[4]));
 #pragma unroll
         for (int k = 0; k < 5; ++k) L[i][k] = acc[k];
         if (!fin) m[0] = u;
@@ -137,27 +138,38 @@ __device__ __forceinline__ void run_batch(const float* ra, const float* rb, floa
 #pragma unroll
     for (int k = 0; k < 3; ++k) my_cnt[k * C] = m[k];
     __syncthreads();
-    // The exclusive prefix of the earlier segments (warp-uniform trip count).
+    // The exclusive prefix over the segments, one quantity per warp (5 sums and 3 latest resets: 8 warps),
+    // in place; the running total through the batch stays in that warp's registers. Balanced: every warp
+    // reads and writes 8 values.
+    static_assert(S == 5 + 3, "one warp per scanned quantity");
+    if (seg < 5) {
+        double run = st.base_sum;
+        double* t = sh.tsum + seg * C + lane;
+#pragma unroll
+        for (int j = 0; j < S; ++j) {
+            const double v = t[j * 5 * C];
+            t[j * 5 * C] = run;
+            run += v;
+        }
+        st.base_sum = run;
+    } else {
+        int run = st.base_cnt;
+        int* t = sh.tcnt + (seg - 5) * C + lane;
+#pragma unroll
+        for (int j = 0; j < S; ++j) {
+            const int v = t[j * 3 * C];
+            t[j * 3 * C] = run;
+            run = max(run, v);
+        }
+        st.base_cnt = run;
+    }
+    __syncthreads();
     double E[5];
     int e[3];
 #pragma unroll
-    for (int k = 0; k < 5; ++k) E[k] = st.base[k];
+    for (int k = 0; k < 5; ++k) E[k] = my_sum[k * C];
 #pragma unroll
-    for (int k = 0; k < 3; ++k) e[k] = st.base_cnt[k];
-    for (const double* ts = sh.tsum + lane; ts != my_sum; ts += 5 * C) {
-#pragma unroll
-        for (int k = 0; k < 5; ++k) E[k] += ts[k * C];
-    }
-    for (const int* tc = sh.tcnt + lane; tc != my_cnt; tc += 3 * C) {
-#pragma unroll
-        for (int k = 0; k < 3; ++k) e[k] = max(e[k], tc[k * C]);
-    }
-    if (seg == S - 1) {
-#pragma unroll
-        for (int k = 0; k < 5; ++k) sh.csum[(buf * 5 + k) * C + lane] = E[k] + acc[k];
-#pragma unroll
-        for (int k = 0; k < 3; ++k) sh.ccnt[(buf * 3 + k) * C + lane] = max(e[k], m[k]);
-    }
+    for (int k = 0; k < 3; ++k) e[k] = my_cnt[k * C];
     const double n = w;
     float* op = out_col + static_cast<long long>(u_seg) * ld;
 #pragma unroll
@@ -186,9 +198,7 @@ scan_corr(const float* __restrict__ A, const float* __restrict__ B, float* __res
     float* rb = ra + (ring_rows + R) * C;  // each ring: ring_rows rows and a mirror of its first R - 1 (one spare)
     Shared sh;
     sh.tsum = reinterpret_cast<double*>(rb + (ring_rows + R) * C);
-    sh.csum = sh.tsum + S * 5 * C;
-    sh.tcnt = reinterpret_cast<int*>(sh.csum + 2 * 5 * C);
-    sh.ccnt = sh.tcnt + S * 3 * C;
+    sh.tcnt = reinterpret_cast<int*>(sh.tsum + S * 5 * C);
 
     const int lane = threadIdx.x & 31, seg = threadIdx.x >> 5, tid = threadIdx.x;
     const long long col = static_cast<long long>(blockIdx.x) * C + lane;
@@ -200,20 +210,27 @@ scan_corr(const float* __restrict__ A, const float* __restrict__ B, float* __res
         const long long t0 = ti * tile, t1 = min(rows, t0 + tile);
         const long long p0 = max(0LL, t0 - (w - 1));
         const long long n_pass = t1 - p0;
-        const long long nb = (n_pass + BATCH - 1) / BATCH;
+        const int nb = static_cast<int>((n_pass + BATCH - 1) / BATCH);
         const long long first_out_u = t0 - p0;
         // The loader's next batch: its ring slot and its source rows, advanced by one batch per issue.
         int load_slot = lrow;
-        long long load_u = lrow;
+        int load_u = lrow;
+        const bool load_col = gcol < cols;
+        const float* ga = A + (p0 + lrow) * ld + gcol;
+        const float* gb = B + (p0 + lrow) * ld + gcol;
+        const long long gstep = BATCH * ld;
         auto issue = [&]() {
-            const bool ok = load_u < n_pass && gcol < cols;
-            const long long off = ok ? (p0 + load_u) * ld + gcol : 0;
-            cp_async16(ra + load_slot * C + lc4, A + off, ok ? 16 : 0);
-            cp_async16(rb + load_slot * C + lc4, B + off, ok ? 16 : 0);
+            const bool ok = load_col && load_u < n_pass;
+            const int bytes = ok ? 16 : 0;
+            const float* sa = ok ? ga : A;
+            const float* sb = ok ? gb : B;
+            cp_async16(ra + load_slot * C + lc4, sa, bytes);
+            cp_async16(rb + load_slot * C + lc4, sb, bytes);
             if (load_slot < R - 1) {  // the mirror after the ring
-                cp_async16(ra + (ring_rows + load_slot) * C + lc4, A + off, ok ? 16 : 0);
-                cp_async16(rb + (ring_rows + load_slot) * C + lc4, B + off, ok ? 16 : 0);
+                cp_async16(ra + (ring_rows + load_slot) * C + lc4, sa, bytes);
+                cp_async16(rb + (ring_rows + load_slot) * C + lc4, sb, bytes);
             }
+            ga += gstep, gb += gstep;
             load_u += BATCH;
             load_slot += BATCH;
             if (load_slot >= ring_rows) load_slot -= ring_rows;
@@ -224,14 +241,13 @@ scan_corr(const float* __restrict__ A, const float* __restrict__ B, float* __res
             cp_commit();
         }
         PassState st{};
-#pragma unroll
-        for (int k = 0; k < 3; ++k) st.base_cnt[k] = -1;
+        st.base_cnt = -1;
         float* out_col = O + p0 * ld + col;
         int slot_b = 0;
-        for (long long b = 0; b < nb; ++b) {
+        for (int b = 0; b < nb; ++b) {
             cp_wait_ahead();
             // Batch b has landed for every thread, and every thread is done with batch b - 1: its ring rows
-            // may be overwritten and its segments' totals (one buffer) rewritten. Two barriers per batch.
+            // may be overwritten and its segments' totals rewritten.
             __syncthreads();
             if (b + P < nb) issue();
             cp_commit();
@@ -240,21 +256,14 @@ scan_corr(const float* __restrict__ A, const float* __restrict__ B, float* __res
                 st.shx32 = is_finite32(x0) ? x0 : 0.0f;
                 st.shy32 = is_finite32(y0) ? y0 : 0.0f;
                 st.shx = st.shx32, st.shy = st.shy32;
-            } else {  // the running totals through the last batch (its last segment wrote them before the barrier)
-                const int pb = static_cast<int>((b - 1) & 1);
-#pragma unroll
-                for (int k = 0; k < 5; ++k) st.base[k] = sh.csum[(pb * 5 + k) * C + lane];
-#pragma unroll
-                for (int k = 0; k < 3; ++k) st.base_cnt[k] = sh.ccnt[(pb * 3 + k) * C + lane];
             }
-            const int u_batch = static_cast<int>(b * BATCH);
-            const int buf = static_cast<int>(b & 1);
+            const int u_batch = b * BATCH;
             const bool interior = u_batch >= w && u_batch >= first_out_u && u_batch + BATCH <= n_pass;
             if (interior)
-                run_batch<true>(ra, rb, out_col, sh, st, lane, seg, ring_rows, w, u_batch, slot_b, buf, n_pass,
+                run_batch<true>(ra, rb, out_col, sh, st, lane, seg, ring_rows, w, u_batch, slot_b, n_pass,
                                 first_out_u, ld, active);
             else
-                run_batch<false>(ra, rb, out_col, sh, st, lane, seg, ring_rows, w, u_batch, slot_b, buf, n_pass,
+                run_batch<false>(ra, rb, out_col, sh, st, lane, seg, ring_rows, w, u_batch, slot_b, n_pass,
                                  first_out_u, ld, active);
             slot_b += BATCH;
             if (slot_b >= ring_rows) slot_b -= ring_rows;
@@ -349,7 +358,7 @@ int main(int argc, char** argv) {
     const long long check_cols[] = {0, 1, 4097, cols / 2 + 3, cols - 1};
     for (int w : {20, 250}) {
         const int ring = (w + (P + 1) * BATCH + BATCH - 1) / BATCH * BATCH;
-        const size_t smem = static_cast<size_t>(ring + R) * C * 8 + (S + 2) * C * (5 * 8 + 3 * 4);
+        const size_t smem = static_cast<size_t>(ring + R) * C * 8 + S * C * (5 * 8 + 3 * 4);
         CK(cudaFuncSetAttribute(scan_corr, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         int per_sm = 0;
         CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, scan_corr, C * S, smem));
