@@ -21,15 +21,20 @@
 // the same run, and the error against a float64 two-pass reference on a few columns.
 //
 // Measured on the H200 (2026-12-01, 50,000 x 50,000, bench/RESULTS.md): results right (rel. Frobenius error
-// 5e-8, NaN placement exact), and the same time for w = 20 and w = 250: the window does stay on chip. But
-// slow: version 1 (three barriers per batch, 64-bit ring arithmetic) 41 ms; version 2 (one barrier fewer,
-// batches without guards inside the pass) 18.8 ms; version 3 (this file: pointer offsets, a mirror of the
-// ring's first rows instead of wrap tests, float32 masks) 17.3 ms = 2.47 x the floor, against the library's
-// 14.9 ms at w = 250 and 8.6 ms at w = 20. ncu (10,000 x 10,000): 154 warp instructions per row (the
-// library's kernel: 73), 0.63 issued per scheduler and cycle, 18 % of stall samples on barriers. Each
-// 4-row segment pays about 70 instructions of its own (scan, totals, pointers, guards); longer segments
-// need registers for the per-row prefix sums or a second pass over the rows. Not on a path to the 11 ms
-// G4 needs without a different split of the work.
+// 5e-8, NaN placement exact), and the same time for w = 20 and w = 250: the window does stay on chip.
+//   v1  three barriers, each warp summing the earlier segments' totals, 64-bit ring arithmetic   41.0 ms
+//   v2  the running totals double-buffered (two barriers), batches inside the pass unguarded     18.8 ms
+//   v3  pointer offsets, the ring's first rows mirrored after it (no wrap tests), float32 masks    17.3 ms
+//   v4  pointer-stepped loads, the earlier segments' sum unrolled, products in two exact FMAs     15.1 ms
+//   v5  the segments' prefix scanned one quantity per warp (5 sums, 3 reset rows: 8 warps, balanced;
+//       three barriers again, but 7 % of stall samples on them instead of 25 %)                   12.95 ms
+//   v6  (this file) shared addresses stepped, interior batches chosen by index, shift set outside  12.63 ms
+// = 1.81 x the copy floor, against the library's 8.5-8.7 ms at w = 20 and 14.8-15.4 ms at w = 250: at w = 250
+// it is 15 % faster than the library's kernel, and w = 250 would cost 1.47 x the library's w = 20 (G4 asks
+// 1.3). ncu (v5, 10,000 x 10,000): 116 warp instructions per row (the library's kernel: 73), of which about
+// 16 loop and copy overhead, 48 the segment's rows, 7 the scan, 43 the results; 0.65 issued per scheduler
+// and cycle. What is left to try: fewer instructions per row in the two row phases (the runs' max, the
+// masks of leaving values), longer segments without registers for their prefix, a float32 final step.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -53,9 +58,9 @@ constexpr int R = 4;           // rows per segment
 constexpr int BATCH = S * R;   // rows per batch
 constexpr int P = 2;           // batches loaded ahead (3 would leave one block per SM at w = 250)
 
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(src_bytes));
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_wait_ahead() { asm volatile("cp.async.wait_group %0;\n" ::"n"(P - 1)); }
@@ -86,6 +91,12 @@ __device__ __forceinline__ void run_batch(const float* ra, const float* rb, floa
                                           PassState& st, int lane, int seg, int ring_rows, int w, int u_batch,
                                           int slot_batch, long long n_pass, long long first_out_u,
                                           long long ld, bool active) {
+    if (!kInterior && u_batch == 0) {  // the pass's shift: its first row (batch 0 is never interior)
+        const float x0 = ra[lane], y0 = rb[lane];
+        st.shx32 = is_finite32(x0) ? x0 : 0.0f;
+        st.shy32 = is_finite32(y0) ? y0 : 0.0f;
+        st.shx = st.shx32, st.shy = st.shy32;
+    }
     double L[R][5];
     int lc[R][3];
     double acc[5] = {0, 0, 0, 0, 0};
@@ -99,8 +110,8 @@ __device__ __forceinline__ void run_batch(const float* ra, const float* rb, floa
     float px, py;  // the row before the segment (NaN before the pass: a change)
     {
         const int sp = s == 0 ? ring_rows - 1 : s - 1;
-        px = u_seg > 0 ? ra[sp * C + lane] : __int_as_float(0x7fc00000);
-        py = u_seg > 0 ? rb[sp * C + lane] : __int_as_float(0x7fc00000);
+        px = kInterior || u_seg > 0 ? ra[sp * C + lane] : __int_as_float(0x7fc00000);
+        py = kInterior || u_seg > 0 ? rb[sp * C + lane] : __int_as_float(0x7fc00000);
     }
 #pragma unroll
     for (int i = 0; i < R; ++i) {
@@ -219,22 +230,27 @@ scan_corr(const float* __restrict__ A, const float* __restrict__ B, float* __res
         const float* ga = A + (p0 + lrow) * ld + gcol;
         const float* gb = B + (p0 + lrow) * ld + gcol;
         const long long gstep = BATCH * ld;
+        unsigned da = smem_addr(ra + lrow * C + lc4), db = smem_addr(rb + lrow * C + lc4);  // shared addresses
+        const unsigned dstep = BATCH * C * 4, dring = static_cast<unsigned>(ring_rows) * C * 4;
         auto issue = [&]() {
             const bool ok = load_col && load_u < n_pass;
             const int bytes = ok ? 16 : 0;
             const float* sa = ok ? ga : A;
             const float* sb = ok ? gb : B;
-            cp_async16(ra + load_slot * C + lc4, sa, bytes);
-            cp_async16(rb + load_slot * C + lc4, sb, bytes);
+            cp_async16(da, sa, bytes);
+            cp_async16(db, sb, bytes);
             if (load_slot < R - 1) {  // the mirror after the ring
-                cp_async16(ra + (ring_rows + load_slot) * C + lc4, sa, bytes);
-                cp_async16(rb + (ring_rows + load_slot) * C + lc4, sb, bytes);
+                cp_async16(da + dring, sa, bytes);
+                cp_async16(db + dring, sb, bytes);
             }
             ga += gstep, gb += gstep;
             load_u += BATCH;
-            load_slot += BATCH;
-            if (load_slot >= ring_rows) load_slot -= ring_rows;
+            load_slot += BATCH, da += dstep, db += dstep;
+            if (load_slot >= ring_rows) load_slot -= ring_rows, da -= dring, db -= dring;
         };
+        // Batches whose rows all have a leaving row in the pass and are output rows.
+        const int b_lo = static_cast<int>((max(static_cast<long long>(w), first_out_u) + BATCH - 1) / BATCH);
+        const int b_hi = static_cast<int>(n_pass / BATCH);
         __syncthreads();  // the previous pass's reads of the ring are done
         for (int b = 0; b < P; ++b) {
             if (b < nb) issue();
@@ -251,14 +267,8 @@ scan_corr(const float* __restrict__ A, const float* __restrict__ B, float* __res
             __syncthreads();
             if (b + P < nb) issue();
             cp_commit();
-            if (b == 0) {
-                const float x0 = ra[lane], y0 = rb[lane];
-                st.shx32 = is_finite32(x0) ? x0 : 0.0f;
-                st.shy32 = is_finite32(y0) ? y0 : 0.0f;
-                st.shx = st.shx32, st.shy = st.shy32;
-            }
             const int u_batch = b * BATCH;
-            const bool interior = u_batch >= w && u_batch >= first_out_u && u_batch + BATCH <= n_pass;
+            const bool interior = b >= b_lo && b < b_hi;
             if (interior)
                 run_batch<true>(ra, rb, out_col, sh, st, lane, seg, ring_rows, w, u_batch, slot_b, n_pass,
                                 first_out_u, ld, active);
