@@ -54,8 +54,6 @@ inline constexpr int kSpecializedL2Prefetch = 16;
 // kCudaMaxStageBytesPerThread keep register loads). Off by default: on the H200 it measured slower
 // (corr w=20, 50,000 x 50,000: 12.5 ms against 9.0 ms with register loads; bench/RESULTS.md).
 inline constexpr int kSpecializedStages = 0;
-// The first NVRTC with -minimal (major * 1000 + minor * 10, as nvrtcVersion gives it here).
-inline constexpr int kNvrtcMinimalVersion = 12040;
 inline constexpr int kSpecializedStagedUnroll = 8;
 // Batches per iteration of their batched loop (codegen::CudaEmitOptions::loop_copies; 2 measured 9.6
 // against 8.9 ms).
@@ -66,6 +64,8 @@ inline constexpr int kSpecializedLoopCopies = 1;
 // 15.7-16.2 ms). Not for short ones, whose re-reads hit L2 anyway (corr w=20 in three visits: 9.18, 8.56
 // and 8.74 ms with them against 8.84, 8.81 and 8.72 without: no consistent gain).
 inline constexpr int kCacheHintMinLag = 64;
+// The first NVRTC with -minimal (major * 1000 + minor * 10, as nvrtcVersion gives it here).
+inline constexpr int kNvrtcMinimalVersion = 12040;
 
 // Code-generation settings that are not in CompileOptions (benchmark knobs), read from the environment.
 struct CudaSettings {
