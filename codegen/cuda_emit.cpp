@@ -88,6 +88,7 @@ private:
     std::set<std::pair<int, int>> loads_;  // (input slot, lag) pairs read by the body
     bool guarded_ = false;                 // emitting the pass's first rows (see kernel())
     bool tail_ = false;                    // emitting the pass's last, partial batch (see kernel())
+    bool no_stores_ = false;               // emitting rows before out_begin only: outputs not stored
     // Bodies of more than kBigBody live instructions (many fused outputs) keep the code shape of codegen
     // v5: with the guarded warm-up batches or fj_rsqrt, two such kernels (every operator in one program,
     // float32, fixed leading dimensions) stored wrong comparison results on the H200 when ptxas optimised
@@ -125,6 +126,9 @@ private:
                                            // NaN test of the state; -1 for other instructions
     std::vector<bool> live_sticky_;        // sticky states whose setting select is emitted
     std::vector<bool> reads_state_;        // value depends on a state
+    // Loads (input, row offset within a batch) whose row, when it lies before the pass, no result reads
+    // (see pass_only_loads()): the batches before out_begin skip them there instead of reading the panel.
+    std::set<std::pair<int, int>> pass_only_;
     // The batched loop's loads through shared memory (CudaEmitOptions::async_stages), see async_plan().
     int stages_ = 0;                       // 0: register prefetch instead
     std::vector<std::pair<int, int>> staged_;  // (input, row offset in a batch), in stage order
@@ -253,12 +257,71 @@ private:
         narrow_values();
         sticky_states();
         run_counters();
+        pass_only_loads();
         async_plan();
         hints_ = o_.cache_hints && !o_.strides.empty();
         fast_rsqrt_ = o_.dtype == DType::F32 && !big_body_ &&
                       std::any_of(k_.body.begin(), k_.body.end(), [&](const Inst& x) {
                           return x.op == Prim::RSqrt && live_[static_cast<std::size_t>(&x - k_.body.data())];
                       });
+    }
+
+    // A window's leaving value is read only where RowInPass(d) holds (lower_ops.cpp): in a pass's first d
+    // rows it lies before the pass, and every use masks it. Loading it there anyway reads d rows of the
+    // panel per tile for nothing (corr w = 250 on 1,924-row tiles: 500 of the 6,270 rows a pass moves). An input load at lag L is
+    // pass-only when its value cannot change any effect while RowInPass(L) is false: every use is either
+    // fixed then (an And with a RowInPass(L' >= L), and Ands of such), the taken-when-true operand of a
+    // Select whose condition is, or a value of the same kind. Rows of a batch share a load where
+    // u - lag agree, so a batch's load at offset u - lag is skipped only if all its readers allow it.
+    void pass_only_loads() {
+        const std::size_t n = k_.body.size();
+        std::vector<std::vector<std::size_t>> users(n);
+        for (std::size_t i = 0; i < n; ++i)
+            if (live_[i])
+                for (std::int32_t o : {k_.body[i].a, k_.body[i].b, k_.body[i].c})
+                    if (o >= 0) users[static_cast<std::size_t>(o)].push_back(i);
+        std::map<std::pair<int, int>, bool> by_lag;  // (input, lag) -> every load of it is pass-only
+        for (std::size_t i = 0; i < n; ++i) {
+            const Inst& x = k_.body[i];
+            if (!live_[i] || x.op != Prim::Input) continue;
+            bool ok = x.lag > 0;
+            if (ok) {
+                const int L = x.lag;
+                std::vector<bool> off(n, false);  // Bool values false while RowInPass(L) is false
+                for (std::size_t k = 0; k < n; ++k) {
+                    const Inst& y = k_.body[k];
+                    off[k] = (y.op == Prim::RowInPass && y.lag >= L) ||
+                             (y.op == Prim::And && (off[static_cast<std::size_t>(y.a)] || off[static_cast<std::size_t>(y.b)]));
+                }
+                // Values whose content no effect reads while RowInPass(L) is false, from the last up.
+                std::vector<bool> unread(n, false);
+                for (std::size_t k = n; k-- > i;) {
+                    if (!live_[k]) continue;
+                    const Inst& y = k_.body[k];
+                    if (y.op == Prim::StoreState || y.op == Prim::RingPush || y.op == Prim::Output) continue;
+                    bool all = true;
+                    for (std::size_t u : users[k]) {
+                        const Inst& z = k_.body[u];
+                        const bool masked = z.op == Prim::Select && off[static_cast<std::size_t>(z.a)] &&
+                                            z.b == static_cast<std::int32_t>(k) && z.a != z.b && z.c != z.b;
+                        if (!(off[u] || masked || unread[u])) { all = false; break; }
+                    }
+                    unread[k] = all;
+                }
+                ok = unread[i];
+            }
+            auto [it, fresh] = by_lag.try_emplace({x.slot, x.lag}, ok);
+            if (!fresh) it->second = it->second && ok;
+        }
+        // Per batch row offset: every (row u, lag) that reads it must allow the skip.
+        std::map<std::pair<int, int>, bool> by_off;
+        for (int u = 0; u < U_; ++u)
+            for (const auto& [key, ok] : by_lag) {
+                auto [it, fresh] = by_off.try_emplace({key.first, u - key.second}, ok);
+                if (!fresh) it->second = it->second && ok;
+            }
+        for (const auto& [key, ok] : by_off)
+            if (ok) pass_only_.insert(key);
     }
 
     // Kernels with fixed leading dimensions can stage the batched loop's loads in shared memory with
@@ -791,6 +854,25 @@ private:
             // the samples of corr w=20 on 152-row tiles (bench/RESULTS.md), and a long window's first rows
             // are a large share of its tiles.
             line(2, "{{");
+            // Batches wholly before out_begin store nothing, so NVRTC drops every value that only feeds
+            // an output (corr's variances, its reciprocal square root and clamp: about half a row), and
+            // skip the loads pass_only_loads() allows: the halo of a long window, and a large share of
+            // short tiles. Their rows are asked of L2 ahead, as in the batched loop.
+            if (const int W = std::min(U_, o_.warm_only_rows); W > 0) {
+                line(3, "#pragma unroll 1");
+                line(3, "for (; t + {} <= out_begin; t += {}) {{", W, W);
+                const std::set<int> pf_inputs = l2_prefetched();
+                if (!pf_inputs.empty()) line(4, "const bool pf = t + {} <= p.rows;", o_.l2_prefetch_rows + W);
+                guarded_ = no_stores_ = true;
+                loads(4, W, Rows::First);
+                for (int u = 0; u < W; ++u) {
+                    step(4, u);
+                    l2_prefetch_row(u, pf_inputs);
+                }
+                advance(4, W);
+                guarded_ = no_stores_ = false;
+                line(3, "}}");
+            }
             line(3, "const long long warm_end = min(row_end, max(out_begin, row_begin + {}LL));", max_lag);
             line(3, "#pragma unroll 1");
             if (o_.batched_edges) line(3, "for (; t < warm_end && t + {} <= row_end; t += {}) {{", U_, U_);
@@ -997,7 +1079,9 @@ private:
                 const int off = u - lag;
                 if (!done.insert({slot, off}).second) continue;
                 const std::string addr = load_addr(slot, off);
-                if (where == Rows::First && off < 0)
+                if (where == Rows::First && off < 0 && no_stores_ && pass_only_.count({slot, off}))
+                    line(ind, "const {} {} = t - {} >= row_begin ? {} : ({})FJ_NAN;", T_, load_name(slot, off), -off, addr, T_);
+                else if (where == Rows::First && off < 0)
                     line(ind, "const {} {} = t >= {} ? {} : ({})FJ_NAN;", T_, load_name(slot, off), -off, addr, T_);
                 else if (where == Rows::Tail && off > 0)
                     line(ind, "const {} {} = t + {} < row_end ? {} : ({})FJ_NAN;", T_, load_name(slot, off), off, addr, T_);
@@ -1077,6 +1161,7 @@ private:
     // batch's stores back to its end was tried: more registers, no gain (H200, corr w=20).
     void store_output(int ind, int u, int slot, const std::string& value) {
         const std::string at = u == 0 ? std::string("0") : fmt::format("{}LL * ld_out{}", u, slot);
+        if (no_stores_) return;
         if (guarded_) line(ind, "if ({} >= out_begin) out{}[{}] = {};", row(u), slot, at, value);
         else if (tail_ && u > 0) line(ind, "if ({} < row_end) out{}[{}] = {};", row(u), slot, at, value);
         else if (stream_stores_) line(ind, "FJ_ST_STREAM(&out{}[{}], {});", slot, at, value);

@@ -15,6 +15,9 @@
 // run-time lag is then a select per entry). Addresses are 64-bit throughout.
 //
 // Loops of a pass, in order:
+//   * (fixed leading dimensions only) the rows before out_begin in batches of warm_only_rows that store
+//     nothing (NVRTC drops what only outputs need) and skip the loads of rows before the pass that every
+//     use masks (a window's leaving rows);
 //   * the pass's first rows (the halo, the largest lag read, and until every sticky state - the shift of
 //     window sums - is set) with every guard: loads before the panel's first row read NaN, RowInPass is
 //     tested, outputs are stored only from out_begin on. Kernels with fixed leading dimensions and bodies
@@ -60,7 +63,7 @@
 namespace fj::codegen {
 
 // Bump whenever the generated code changes for the same IR: it is part of every cache key.
-inline constexpr int kCudaCodegenVersion = 7;
+inline constexpr int kCudaCodegenVersion = 8;
 
 // The longest time tile a launch may use (launch_config caps it): states then live for at most this
 // many rows plus the halo, which bounds counters enough to keep them in 32-bit registers.
@@ -90,6 +93,10 @@ struct CudaEmitOptions {
     // a block fits (an experiment: no gain measured).
     bool batched_edges = false;
     int max_threads = 0;
+    // With fixed leading dimensions: the pass's rows before out_begin (the halo) in batches of this many
+    // rows that store nothing and skip the loads of rows before the pass that no result reads, before
+    // the guarded warm-up batches (0: none). 8 or 16 rows raised corr's registers past 128 (130, 139).
+    int warm_only_rows = 4;
     // With fixed leading dimensions: L2 eviction hints in the batched loop. A row this thread reads again
     // later (a window's entering row, read again as it leaves) loads with evict_last, its last read and
     // rows read once with evict_first (ld.global.cs), and outputs are stored with st.global.cs, so that

@@ -265,6 +265,27 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
     CHECK(done.source.find("t < warm_end && t + 16 <= row_end; t += 16)") != std::string::npos);
     CHECK(done.source.find("< row_end ? in0[") != std::string::npos);
     CHECK(done.smem_per_thread == 0);
+    // The halo's rows before out_begin in batches that store nothing, where the rows leaving the window
+    // before the pass are not read (every use masks them).
+    CHECK(done.source.find("for (; t + 4 <= out_begin; t += 4)") != std::string::npos);
+    CHECK(done.source.find("x0_m20 = t - 20 >= row_begin ? in0[-20LL * ld_in0]") != std::string::npos);
+    CHECK(done.source.find("x1_m17 = t - 20 >= row_begin") == std::string::npos);
+    CHECK(done.source.find("x1_m17 = t - 17 >= row_begin ? in1[-17LL * ld_in1]") != std::string::npos);
+    {
+        // Loaded wherever the row lies in the panel: a lagged input read unmasked (delay(A, 10) as a value,
+        // the entering rows of a window of delay(A, 3)), and one masked by a RowInPass that holds on rows
+        // before the pass (the leaving rows of that window, t - 13, are read while t - 10 is in the pass).
+        // B's window leaves only inside the pass.
+        const fj::Expr B10 = fj::mean(fj::window(B, 10));
+        const fj::codegen::Plan lagged =
+            fj::codegen::make_plan({{"o", fj::mean(fj::window(fj::delay(A, 3), 10)) + fj::delay(A, 10) + B10}});
+        const std::string src = specialised(lagged, cu::CudaSettings{}).source;
+        CHECK(src.find("x0_m3 = t >= 3 ? in0[-3LL * ld_in0]") != std::string::npos);
+        CHECK(src.find("x0_m13 = t >= 13 ? in0[-13LL * ld_in0]") != std::string::npos);
+        CHECK(src.find("x0_m10 = t >= 10 ? in0[-10LL * ld_in0]") != std::string::npos);
+        CHECK(src.find("x1_m10 = t - 10 >= row_begin ? in1[-10LL * ld_in1]") != std::string::npos);
+        CHECK(src.find("row_begin ? in0[") == std::string::npos);
+    }
     // Rows read again 20 rows later: no L2 eviction hints by default (kCacheHintMinLag); 250: hints.
     CHECK(done.source.find("FJ_LD_KEEP(") == std::string::npos);
     {
