@@ -858,7 +858,8 @@ private:
             // an output (corr's variances, its reciprocal square root and clamp: about half a row), and
             // skip the loads pass_only_loads() allows: the halo of a long window, and a large share of
             // short tiles. Their rows are asked of L2 ahead, as in the batched loop.
-            if (const int W = std::min(U_, o_.warm_only_rows); W > 0) {
+            const int W = std::min(U_, o_.warm_only_rows);
+            if (W > 0) {
                 line(3, "#pragma unroll 1");
                 line(3, "for (; t + {} <= out_begin; t += {}) {{", W, W);
                 const std::set<int> pf_inputs = l2_prefetched();
@@ -874,13 +875,16 @@ private:
                 line(3, "}}");
             }
             line(3, "const long long warm_end = min(row_end, max(out_begin, row_begin + {}LL));", max_lag);
+            // The rest of the warm-up in guarded batches of W rows as well: the few rows from there to
+            // warm_end (corr w = 20: 4) then cost no whole guarded batch of U.
+            const int G = W > 0 ? W : U_;
             line(3, "#pragma unroll 1");
-            if (o_.batched_edges) line(3, "for (; t < warm_end && t + {} <= row_end; t += {}) {{", U_, U_);
-            else line(3, "for (; t + {} <= warm_end; t += {}) {{", U_, U_);
+            if (o_.batched_edges) line(3, "for (; t < warm_end && t + {} <= row_end; t += {}) {{", G, G);
+            else line(3, "for (; t + {} <= warm_end; t += {}) {{", G, G);
             guarded_ = true;
-            loads(4, U_, Rows::First);
-            for (int u = 0; u < U_; ++u) step(4, u);
-            advance(4, U_);
+            loads(4, G, Rows::First);
+            for (int u = 0; u < G; ++u) step(4, u);
+            advance(4, G);
             guarded_ = false;
             line(3, "}}");
             line(2, "}}");
@@ -1271,7 +1275,11 @@ private:
         case Prim::Const: def(lit(x.imm)); break;
         case Prim::Input: def(fmt::format("(double){}", load_name(x.slot, u - x.lag))); break;
         case Prim::RowIndex: def(fmt::format("(double){}", row(u))); break;
-        case Prim::RowInPass: def(guarded_ ? fmt::format("{} - {} >= row_begin", row(u), x.lag) : "true"); break;
+        case Prim::RowInPass:
+            // Rows before out_begin <= row_begin + halo: a lag of at least the halo reaches before the pass.
+            if (no_stores_ && x.lag >= k_.halo) def("false");
+            else def(guarded_ ? fmt::format("{} - {} >= row_begin", row(u), x.lag) : "true");
+            break;
         case Prim::LoadState: def(fmt::format("s{}", x.slot)); break;
         case Prim::RingRead: def(ring_at(x.slot, x.lag)); break;
         case Prim::StoreState: line(ind, "s{} = {};", x.slot, v(x.a)); break;

@@ -262,7 +262,7 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
     CHECK(done.source.find("fj_rsqrt(") != std::string::npos);
     CHECK(done.source.find("rsqrt.approx.ftz.f64") != std::string::npos);
     // ... the pass's first rows in batches that may run past the warm-up, its last ones in masked batches.
-    CHECK(done.source.find("t < warm_end && t + 16 <= row_end; t += 16)") != std::string::npos);
+    CHECK(done.source.find("t < warm_end && t + 4 <= row_end; t += 4)") != std::string::npos);
     CHECK(done.source.find("< row_end ? in0[") != std::string::npos);
     CHECK(done.smem_per_thread == 0);
     // The halo's rows before out_begin in batches that store nothing, where the rows leaving the window
@@ -323,7 +323,7 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         e.batched_edges = false;
         const auto plain = specialised(plan, e);
         CHECK(plain.source.find("< row_end ? in0[") == std::string::npos);  // last rows one at a time
-        CHECK(plain.source.find("for (; t + 16 <= warm_end; t += 16)") != std::string::npos);
+        CHECK(plain.source.find("for (; t + 4 <= warm_end; t += 4)") != std::string::npos);
         CHECK(plain.registers > 0);
     }
     SUBCASE("L2 eviction hints") {
