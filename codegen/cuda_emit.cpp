@@ -750,6 +750,31 @@ private:
             line(0, "#define FJ_ST_STREAM(a, v) asm volatile(\"st.global.cs.{} [%0], %1;\" :: \"l\"(a), \"{}\"(v))", ty, con);
             line(0, "#endif");
         }
+        if (std::any_of(k_.body.begin(), k_.body.end(), [&](const Inst& x) {
+                return x.op == Prim::RingArgExt && live_[static_cast<std::size_t>(&x - k_.body.data())] &&
+                       !rings_[static_cast<std::size_t>(x.slot)].in_regs;
+            })) {
+            // The scan of a circular ring for its newest extreme, once per kernel instead of once per copy
+            // of the body (a batch has U of them, and NVVM unrolls each LAG-step loop): max(A, w=30) took
+            // 350-590 ms in NVRTC on the H200, mostly in NVVM and PTX translation of six unrolled scans.
+            // Not inlined; called only on rows whose extreme has left the window.
+            line(0, "#ifndef FJ_ARG_EXT_DEFINED");
+            line(0, "#define FJ_ARG_EXT_DEFINED");
+            line(0, "// Lag (from the newest entry, at q) of the newest extreme of the LAG newest entries, NaN skipped; -1: none.");
+            line(0, "template <int SIZE, int LAG, bool MAX>");
+            line(0, "__device__ __noinline__ int fj_arg_ext(const double* r, int q) {{");
+            line(1, "double best = 0.0;");
+            line(1, "int at = -1;");
+            line(1, "#pragma unroll");
+            line(1, "for (int l = 0; l < LAG; ++l) {{");
+            line(2, "const double e = r[q];");
+            line(2, "if (e == e && (at < 0 || (MAX ? e > best : e < best))) {{ best = e; at = l; }}");
+            line(2, "q = q == 0 ? SIZE - 1 : q - 1;");
+            line(1, "}}");
+            line(1, "return at;");
+            line(0, "}}");
+            line(0, "#endif");
+        }
         if (fast_rsqrt_) {
             // CUDA's rsqrt(double) is this estimate and cubic correction plus a range check that calls a
             // slow path (subnormal, huge and special arguments): a branch and a convergence barrier per
@@ -1311,21 +1336,18 @@ private:
             const char* better = x.imm != 0 ? ">" : "<";
             line(ind, "double v{} = FJ_NAN;", i);
             line(ind, "if ({}) {{", v(x.a));
-            line(ind + 1, "double best = FJ_NAN;");
             line(ind + 1, "int at = -1;");
             if (ri.in_regs) {
+                line(ind + 1, "double best = FJ_NAN;");
                 line(ind + 1, "#pragma unroll");
                 line(ind + 1, "for (int q = 0; q < {}; ++q) {{", x.lag);
                 line(ind + 2, "const double e = r{}[q];", x.slot);
                 line(ind + 2, "if (e == e && (at < 0 || e {} best)) {{ best = e; at = q; }}", better);
+                line(ind + 1, "}}");
             } else {
-                line(ind + 1, "int q = rp{};", x.slot);
-                line(ind + 1, "for (int l = 0; l < {}; ++l) {{", x.lag);
-                line(ind + 2, "const double e = r{}[q];", x.slot);
-                line(ind + 2, "if (e == e && (at < 0 || e {} best)) {{ best = e; at = l; }}", better);
-                line(ind + 2, "q = q == 0 ? {} : q - 1;", ri.size - 1);
+                line(ind + 1, "at = fj_arg_ext<{}, {}, {}>(r{}, rp{});", ri.size, x.lag, x.imm != 0 ? "true" : "false",
+                     x.slot, x.slot);
             }
-            line(ind + 1, "}}");
             line(ind + 1, "if (at >= 0) v{} = (double)at;", i);
             line(ind, "}}");
             break;

@@ -130,6 +130,10 @@ TEST_CASE("every primitive compiles, registers and local frame read from the cub
             CHECK(c.registers > 0);
             CHECK(c.stack_bytes >= 0);
             if (ring == 40) CHECK(c.stack_bytes >= 40 * 8);  // the circular ring lives in local memory
+            // A circular ring's scan for its extreme is one function, called from each copy of the body.
+            const bool circular_scan = ring == 40;
+            CHECK((c.source.find("__noinline__ int fj_arg_ext(") != std::string::npos) == circular_scan);
+            CHECK((c.source.find("at = fj_arg_ext<40, ") != std::string::npos) == circular_scan);
             // The same counts as ptxas reports for the same source.
             auto opts = fj::codegen::cuda_compile_options("sm_90", false);
             opts.push_back("--ptxas-options=-v");
