@@ -885,6 +885,19 @@ private:
             // short tiles. Their rows are asked of L2 ahead, as in the batched loop.
             const int W = std::min(U_, o_.warm_only_rows);
             if (W > 0) {
+                // Those batches start a block's work, when no other warp of the SM has work to hide a
+                // batch's wait for memory: ask L1 for the pass's first U rows at once, so that only the
+                // first batch waits the whole way (the loop asks L2 for the rows after them).
+                std::set<int> entering;
+                for (const auto& [slot, lag] : loads_)
+                    if (lag == 0) entering.insert(slot);
+                if (!entering.empty()) {
+                    line(3, "#pragma unroll");
+                    line(3, "for (int r = 0; r < {}; ++r) {{", U_);
+                    line(4, "if (t + r >= row_end) break;");
+                    for (int slot : entering) line(4, "FJ_PREFETCH_L1(&in{}[r * ld_in{}]);", slot, slot);
+                    line(3, "}}");
+                }
                 line(3, "#pragma unroll 1");
                 line(3, "for (; t + {} <= out_begin; t += {}) {{", W, W);
                 const std::set<int> pf_inputs = l2_prefetched();
