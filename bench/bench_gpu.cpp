@@ -15,6 +15,7 @@
 //   FJ_BENCH_G5_SETTINGS="default edges=0 block=256,tile=313 ..."   the G5 settings, each at its `tile`
 //                              or, without one, at two tile lengths (auto and 160 rows)
 //   FJ_BENCH_SWEEP="w=250,hints=0 tile=4000 ..."         more settings on the 50,000 x 50,000 panel
+//   FJ_BENCH_COOL_MS=3000      an idle pause before each 50,000 x 50,000 measurement (see cool_down())
 #include <unistd.h>
 
 #include <algorithm>
@@ -341,6 +342,17 @@ void apply_setting(const std::map<std::string, std::string>& kv) {
     }
 }
 
+// FJ_BENCH_COOL_MS=N: an idle pause of N ms before each 50,000 x 50,000 measurement, so that one case's
+// heat and power do not carry into the next (back-to-back G1 runs reached the power cap, throttle reason
+// 0x4, within seconds on 2026-12-01, and the order of the variants then decided their ranking).
+void cool_down() {
+    static const long ms = [] {
+        const char* v = std::getenv("FJ_BENCH_COOL_MS");
+        return v ? std::max(0L, std::atol(v)) : 0L;
+    }();
+    if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
 // The space-separated settings of environment variable `name`, or `fallback` where it is unset;
 // FJ_BENCH_VARIANTS=0 keeps only "default" (for the variant lists).
 bool only_defaults() {
@@ -493,6 +505,7 @@ int main(int argc, char** argv) {
             for (const std::string& v : variants) {
                 apply_setting(parse_setting(v));
                 fj::Program p = fj::compile({{"c", corr_w(20)}}, cuda);
+                cool_down();
                 const Timing t = time_run(p, in, outs, 5);
                 std::printf("  G1 variant %s: %.3f ms (wall %.3f), x%.2f floor; %s  [smi %s]\n", v.c_str(), t.event_ms,
                             t.wall_ms, t.event_ms / floor, launch_summary(p).c_str(), t.smi.c_str());
@@ -528,6 +541,7 @@ int main(int argc, char** argv) {
                 o.tile_rows = tiles_of(kv, {0LL}).front();
                 const int w = kv.count("w") ? std::stoi(kv["w"]) : 20;
                 fj::Program p = fj::compile({{"c", corr_w(w)}}, o);
+                cool_down();
                 const Timing t = time_run(p, in, outs, 5);
                 std::printf("  sweep %s: %.3f ms; %s  [smi %s]\n", item.c_str(), t.event_ms, launch_summary(p).c_str(),
                             t.smi.c_str());
@@ -535,6 +549,7 @@ int main(int argc, char** argv) {
             apply_setting({});  // G4 and G5 with the library's defaults
             {
                 fj::Program p = fj::compile({{"c", corr_w(250)}}, cuda);
+                cool_down();
                 const Timing t = time_run(p, in, outs, 7);
                 const Check c = check_corr(a.p, b.p, out.p, T, N, 250);
                 g_rows.push_back({"G4", fmt::format("corr w=250, {}x{} f32, device", T, N), t.event_ms, floor,
