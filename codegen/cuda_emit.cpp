@@ -267,12 +267,14 @@ private:
     }
 
     // A window's leaving value is read only where RowInPass(d) holds (lower_ops.cpp): in a pass's first d
-    // rows it lies before the pass, and every use masks it. Loading it there anyway reads d rows of the
-    // panel per tile for nothing (corr w = 250 on 1,924-row tiles: 500 of the 6,270 rows a pass moves). An input load at lag L is
-    // pass-only when its value cannot change any effect while RowInPass(L) is false: every use is either
-    // fixed then (an And with a RowInPass(L' >= L), and Ands of such), the taken-when-true operand of a
-    // Select whose condition is, or a value of the same kind. Rows of a batch share a load where
-    // u - lag agree, so a batch's load at offset u - lag is skipped only if all its readers allow it.
+    // rows it lies before the pass, and every use masks it. Where d is at least the halo, the batches
+    // before out_begin make that RowInPass false and NVRTC drops the loads; a shorter window under a
+    // longer halo (std(window(A, 5)) inside a 10-row mean: halo 13) would still read rows before the pass
+    // for nothing. An input load at lag L is pass-only when its value cannot change any effect while
+    // RowInPass(L) is false: every use is either fixed then (an And with a RowInPass(L' >= L), and Ands of
+    // such), the taken-when-true operand of a Select whose condition is, or a value of the same kind.
+    // Rows of a batch share a load where u - lag agree, so a batch's load at offset u - lag is skipped only
+    // if all its readers allow it.
     void pass_only_loads() {
         const std::size_t n = k_.body.size();
         std::vector<std::vector<std::size_t>> users(n);
