@@ -890,7 +890,16 @@ private:
                 // Those batches start a block's work, when no other warp of the SM has work to hide a
                 // batch's wait for memory: ask L1 for the pass's first U rows at once, so that only the
                 // first batch waits the whole way (the loop asks L2 for the rows after them).
-                prefetch_rows_l1(3, U_);
+                std::set<int> entering;
+                for (const auto& [slot, lag] : loads_)
+                    if (lag == 0) entering.insert(slot);
+                if (!entering.empty()) {
+                    line(3, "#pragma unroll");
+                    line(3, "for (int r = 0; r < {}; ++r) {{", U_);
+                    line(4, "if (t + r >= row_end) break;");
+                    for (int slot : entering) line(4, "FJ_PREFETCH_L1(&in{}[r * ld_in{}]);", slot, slot);
+                    line(3, "}}");
+                }
                 line(3, "#pragma unroll 1");
                 line(3, "for (; t + {} <= out_begin; t += {}) {{", W, W);
                 const std::set<int> pf_inputs = l2_prefetched();
@@ -958,10 +967,6 @@ private:
             }
         }
         if (warm_batches && o_.batched_edges) {
-            // Those batches each wait for their own loads, at the end of a block, when its SM has little
-            // else to run (one block per SM for corr): ask L1 for all their rows at once first. (Before the
-            // last whole batches, to cover theirs too, the prefetches raised corr's registers to 130.)
-            if (o_.tail_prefetch) prefetch_rows_l1(2, U_);
             // The last rows (fewer than U) in masked batches of at most 4 (few registers): rows from
             // row_end on are neither read (NaN) nor stored, and what they do to the states is dropped with
             // the pass.
@@ -984,20 +989,6 @@ private:
         }
         line(1, "}}");
         line(0, "}}");
-    }
-
-    // L1 prefetches of rows t .. t + rows - 1 (those below row_end) of the inputs read at lag 0, issued
-    // together.
-    void prefetch_rows_l1(int ind, int rows) {
-        std::set<int> entering;
-        for (const auto& [slot, lag] : loads_)
-            if (lag == 0) entering.insert(slot);
-        if (entering.empty()) return;
-        line(ind, "#pragma unroll");
-        line(ind, "for (int r = 0; r < {}; ++r) {{", rows);
-        line(ind + 1, "if (t + r >= row_end) break;");
-        for (int slot : entering) line(ind + 1, "FJ_PREFETCH_L1(&in{}[r * ld_in{}]);", slot, slot);
-        line(ind, "}}");
     }
 
     // Inputs read at lag 0: the batched loops ask L2 for their rows l2_prefetch_rows ahead (new to L2;

@@ -97,9 +97,6 @@ struct CudaEmitOptions {
     // rows that store nothing and skip the loads of rows before the pass that no result reads, before
     // the guarded warm-up batches (0: none). 8 or 16 rows raised corr's registers past 128 (130, 139).
     int warm_only_rows = 4;
-    // With fixed leading dimensions and batched_edges: the last rows (fewer than unroll, run in masked
-    // batches of 4 that each wait for their loads) are asked of L1 at once first.
-    bool tail_prefetch = true;
     // With fixed leading dimensions: L2 eviction hints in the batched loop. A row this thread reads again
     // later (a window's entering row, read again as it leaves) loads with evict_last, its last read and
     // rows read once with evict_first (ld.global.cs), and outputs are stored with st.global.cs, so that

@@ -272,18 +272,6 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
     // The halo's rows before out_begin in batches that store nothing, where the rows leaving the window
     // before the pass are not read (every use masks them).
     CHECK(done.source.find("for (; t + 4 <= out_begin; t += 4)") != std::string::npos);
-    // L1 prefetches of the first rows and of those the masked batches run (tail_prefetch).
-    auto count = [](const std::string& text, const std::string& what) {
-        int n = 0;
-        for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-        return n;
-    };
-    CHECK(count(done.source, "FJ_PREFETCH_L1(&in0[r * ld_in0]);") == 2);
-    {
-        cu::CudaSettings no_tail;
-        no_tail.tail_prefetch = false;
-        CHECK(count(specialised(plan, no_tail).source, "FJ_PREFETCH_L1(&in0[r * ld_in0]);") == 1);
-    }
     CHECK(done.source.find("x0_m20 = t - 20 >= row_begin ? in0[-20LL * ld_in0]") != std::string::npos);
     CHECK(done.source.find("x1_m17 = t - 20 >= row_begin") == std::string::npos);
     CHECK(done.source.find("x1_m17 = t - 17 >= row_begin ? in1[-17LL * ld_in1]") != std::string::npos);

@@ -59,7 +59,6 @@ CudaSettings CudaSettings::from_env() {
     s.launch_bounds = env_int("FJ_CUDA_LAUNCH_BOUNDS", 0, 0, 1024);
     s.cache_hints = env_int("FJ_CUDA_CACHE_HINTS", -1, -1, 1);
     s.warm_rows = env_int("FJ_CUDA_WARM_ROWS", s.warm_rows, 0, 16);
-    s.tail_prefetch = env_int("FJ_CUDA_TAIL_PREFETCH", 1, 0, 1) != 0;
     if (s.launch_bounds % 32) throw Error(fmt::format("FJ_CUDA_LAUNCH_BOUNDS={} is not a multiple of 32", s.launch_bounds));
     if (const char* v = std::getenv("FJ_NVRTC_OPTIONS")) {
         std::istringstream words(v);
@@ -88,10 +87,10 @@ std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::st
                        n.version, opts, settings.unroll, settings.reg_ring_max,
                        settings.big_body_shapes ? " bigbodyshapes" : "") +
            (strides.empty() ? std::string()
-                            : fmt::format(" ld=[{}] l2pf={} stages={} copies={} edges={} lb={} hints={} warm={} tailpf={}",
+                            : fmt::format(" ld=[{}] l2pf={} stages={} copies={} edges={} lb={} hints={} warm={}",
                                           fmt::join(strides, ","), settings.l2_prefetch, settings.stages,
                                           settings.copies, settings.batched_edges, settings.launch_bounds,
-                                          settings.cache_hints, settings.warm_rows, settings.tail_prefetch));
+                                          settings.cache_hints, settings.warm_rows));
 }
 
 codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype, const CudaSettings& settings,
@@ -108,7 +107,6 @@ codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype
     eo.batched_edges = settings.batched_edges;
     eo.max_threads = settings.launch_bounds;
     eo.warm_only_rows = settings.warm_rows;
-    eo.tail_prefetch = settings.tail_prefetch;
     eo.cache_hints = settings.cache_hints >= 0 ? settings.cache_hints == 1 : kernel.max_input_lag >= kCacheHintMinLag;
     if (settings.stages >= 2) {
         codegen::CudaEmitOptions staged = eo;

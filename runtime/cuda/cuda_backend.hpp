@@ -86,7 +86,6 @@ struct CudaSettings {
     int launch_bounds = 0;                // FJ_CUDA_LAUNCH_BOUNDS=N (specialised kernels; max_threads)
     int cache_hints = -1;                 // FJ_CUDA_CACHE_HINTS: 1 on, 0 off, -1 by kCacheHintMinLag
     int warm_rows = 4;                    // FJ_CUDA_WARM_ROWS (specialised kernels; warm_only_rows)
-    bool tail_prefetch = true;            // FJ_CUDA_TAIL_PREFETCH (specialised kernels; tail_prefetch)
     std::vector<std::string> extra_options;  // FJ_NVRTC_OPTIONS, appended to NVRTC's (part of the cache key)
     static CudaSettings from_env();
 };
