@@ -14,7 +14,8 @@
 //   FJ_BENCH_G1_VARIANTS="default hints=1 edges=0 ..."   the G1 settings, in order (default first: the G1 row)
 //   FJ_BENCH_G5_SETTINGS="default edges=0 block=256,tile=313 ..."   the G5 settings, each at its `tile`
 //                              or, without one, at two tile lengths (auto and 160 rows)
-//   FJ_BENCH_SWEEP="w=250,hints=0 tile=4000 ..."         more settings on the 50,000 x 50,000 panel
+//   FJ_BENCH_SWEEP="w=250,hints=0 tile=4000 op=max,w=30 ..."   more settings on the 50,000 x 50,000 panel
+//                              (op: corr, the default, or max min std mean of window(A, w))
 //   FJ_BENCH_COOL_MS=3000      an idle pause before each 50,000 x 50,000 measurement (see cool_down())
 #include <unistd.h>
 
@@ -27,6 +28,7 @@
 #include <string>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -312,6 +314,17 @@ fj::Expr corr_w(int w) {
     return fj::corr(fj::window(A, w), fj::window(B, w));
 }
 
+// A sweep's expression: `op` of window(A, w) (and B for corr), and the number of panels it reads.
+std::pair<fj::Expr, int> sweep_expr(const std::string& op, int w) {
+    const fj::Expr A = fj::input("A");
+    if (op == "corr") return {corr_w(w), 2};
+    if (op == "max") return {fj::max(fj::window(A, w)), 1};
+    if (op == "min") return {fj::min(fj::window(A, w)), 1};
+    if (op == "std") return {fj::std(fj::window(A, w)), 1};
+    if (op == "mean") return {fj::mean(fj::window(A, w)), 1};
+    throw std::runtime_error("FJ_BENCH_SWEEP: op=" + op + " is not one of corr max min std mean");
+}
+
 void setenv_or_unset(const char* name, const std::string& v) {
     if (v.empty()) ::unsetenv(name);
     else ::setenv(name, v.c_str(), 1);
@@ -540,11 +553,13 @@ int main(int argc, char** argv) {
                 fj::CompileOptions o = cuda;
                 o.tile_rows = tiles_of(kv, {0LL}).front();
                 const int w = kv.count("w") ? std::stoi(kv["w"]) : 20;
-                fj::Program p = fj::compile({{"c", corr_w(w)}}, o);
+                const auto [expr, reads] = sweep_expr(kv.count("op") ? kv["op"] : "corr", w);
+                fj::Program p = fj::compile({{"c", expr}}, o);
                 cool_down();
                 const Timing t = time_run(p, in, outs, 5);
-                std::printf("  sweep %s: %.3f ms; %s  [smi %s]\n", item.c_str(), t.event_ms, launch_summary(p).c_str(),
-                            t.smi.c_str());
+                const double op_floor = floor * (reads + 1) / 3.0;  // its reads and one write
+                std::printf("  sweep %s: %.3f ms, x%.2f its floor (%.3f ms); %s  [smi %s]\n", item.c_str(), t.event_ms,
+                            t.event_ms / op_floor, op_floor, launch_summary(p).c_str(), t.smi.c_str());
             }
             apply_setting({});  // G4 and G5 with the library's defaults
             {
