@@ -282,19 +282,25 @@ private:
             if (live_[i])
                 for (std::int32_t o : {k_.body[i].a, k_.body[i].b, k_.body[i].c})
                     if (o >= 0) users[static_cast<std::size_t>(o)].push_back(i);
+        std::map<int, std::vector<bool>> off_by_lag;  // L -> Bool values false while RowInPass(L) is false
+        auto false_while_out = [&](int L) -> const std::vector<bool>& {
+            auto [it, fresh] = off_by_lag.try_emplace(L, n, false);
+            if (fresh)
+                for (std::size_t k = 0; k < n; ++k) {
+                    const Inst& y = k_.body[k];
+                    it->second[k] = (y.op == Prim::RowInPass && y.lag >= L) ||
+                                    (y.op == Prim::And && (it->second[static_cast<std::size_t>(y.a)] ||
+                                                           it->second[static_cast<std::size_t>(y.b)]));
+                }
+            return it->second;
+        };
         std::map<std::pair<int, int>, bool> by_lag;  // (input, lag) -> every load of it is pass-only
         for (std::size_t i = 0; i < n; ++i) {
             const Inst& x = k_.body[i];
             if (!live_[i] || x.op != Prim::Input) continue;
             bool ok = x.lag > 0;
             if (ok) {
-                const int L = x.lag;
-                std::vector<bool> off(n, false);  // Bool values false while RowInPass(L) is false
-                for (std::size_t k = 0; k < n; ++k) {
-                    const Inst& y = k_.body[k];
-                    off[k] = (y.op == Prim::RowInPass && y.lag >= L) ||
-                             (y.op == Prim::And && (off[static_cast<std::size_t>(y.a)] || off[static_cast<std::size_t>(y.b)]));
-                }
+                const std::vector<bool>& off = false_while_out(x.lag);
                 // Values whose content no effect reads while RowInPass(L) is false, from the last up.
                 std::vector<bool> unread(n, false);
                 for (std::size_t k = n; k-- > i;) {
