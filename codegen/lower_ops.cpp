@@ -110,8 +110,7 @@ std::string Lowering::label(const Node* n) const {
     return s.size() > 60 ? s.substr(0, 57) + "..." : s;
 }
 
-// Which nodes need a ring, and how long: a window or delay over a non-pointwise value, and the argument
-// of every min/max (their rescans read the whole window).
+// Which nodes need a ring, and how long: a window or delay over a non-pointwise value.
 void Lowering::plan_history(const std::vector<const Node*>& roots) {
     for (const Node* n : topo_order(roots)) {
         auto need = [&](const Node* x, int lag) {
@@ -119,8 +118,7 @@ void Lowering::plan_history(const std::vector<const Node*>& roots) {
             s = std::max(s, lag + 1);
         };
         const OpKind kind = op_info(n->op).kind;
-        if (n->op == Op::WMin || n->op == Op::WMax) need(n->args[0], n->d);
-        else if (kind == OpKind::Window || kind == OpKind::PairWindow) {
+        if (kind == OpKind::Window || kind == OpKind::PairWindow) {
             for (const Node* a : n->args)
                 if (!is_pointwise(a)) need(a, n->d);
         } else if (kind == OpKind::Lag && !is_pointwise(n->args[0])) {
@@ -557,32 +555,37 @@ V Lowering::pair_moments(const Node* node) {
     return ir_.select(ir_.land(enough, ir_.lnot(degenerate)), r, nan);
 }
 
-// Window min/max: the current extreme and its row; a new value that ties or beats it replaces it (the
-// newest tie lives longest); when the extreme leaves the window, the window is rescanned from the ring.
-// Rescans cost O(d) but are rare on real data (about once per d rows for a random series).
+// Window min/max as a sparse table over the last d rows: M_k(t), the extreme of rows t - 2^k + 1 .. t, is
+// the extreme of M_{k-1}(t) and M_{k-1}(t - 2^(k-1)); the window's is that of M_K(t) and M_K(t - (d - 2^K))
+// for the largest 2^K <= d (the two overlap, which an extreme does not mind). O(log d) per row, and the
+// same instructions on every row and column. The lowering before it kept the extreme and its row and
+// rescanned the window when that row left it: rare for one column, but a warp runs 32 columns and one of
+// them rescanned on almost every row (H200, 50,000 x 50,000: max w = 30 at 10 x and w = 61 at 27 x the
+// bandwidth floor, bench/RESULTS.md). NaN enters as the identity (-inf for max, +inf for min), and so do
+// the rows before the pass (their ring entries read NaN); n says whether the window has a value. The
+// identity is exact: a window whose only values are -inf has n >= 1 and the maximum -inf.
 V Lowering::extreme(const Node* node, bool is_max) {
     const Node* x = node->args[0];
     const int d = node->d;
     const std::string what = fmt::format("{}(window({}, {}))", is_max ? "max" : "min", label(x), d);
     V xv = value(x, 0);
-    const int ring = ring_of_.at(x);
-    V leave = ir_.ring_read(ring, d);
+    V leave = history(x, d);
     V in_valid = ir_.notnan(xv);
-    V n = Sums(ir_, false, in_valid, ir_.notnan(leave)).count("n " + what);
-    int cur_slot = ir_.new_state(std::numeric_limits<double>::quiet_NaN(), "extreme " + what);
-    int row_slot = ir_.new_state(-kInf, "row of extreme " + what);
-    V cur = ir_.load(cur_slot), cur_row = ir_.load(row_slot), t = ir_.row();
-    V beats = is_max ? ir_.b(Prim::CmpGE, xv, cur) : ir_.le(xv, cur);
-    V better = ir_.land(in_valid, ir_.lor(ir_.isnan(cur), beats));
-    V cur1 = ir_.select(better, xv, cur);
-    V row1 = ir_.select(better, t, cur_row);
-    V expired = ir_.land(ir_.notnan(cur1), ir_.le(row1, ir_.sub(t, ir_.constant(d))));
-    V lag = ir_.ring_arg_ext(ring, expired, d, is_max);
-    V cur2 = ir_.select(expired, ir_.ring_read_dyn(ring, lag), cur1);
-    V row2 = ir_.select(expired, ir_.sub(t, lag), row1);
-    ir_.store(cur_slot, cur2);
-    ir_.store(row_slot, row2);
-    return ir_.select(at_least(ir_, n, std::max(node->min_periods, 1)), cur2, ir_.nan());
+    V n = Sums(ir_, false, in_valid, ir_.land(ir_.row_in_pass(d), ir_.notnan(leave))).count("n " + what);
+    const V identity = ir_.constant(is_max ? -kInf : kInf);
+    auto ext = [&](V a, V b) { return ir_.f(is_max ? Prim::Max : Prim::Min, a, b); };
+    // m as it was `lag` rows ago (the identity before the pass).
+    auto ago = [&](V m, int lag, int span) {
+        const int r = ir_.new_ring(lag + 1, fmt::format("extreme of {} rows, {}", span, what));
+        ir_.push(r, m);
+        V old = ir_.ring_read(r, lag);
+        return ir_.select(ir_.isnan(old), identity, old);
+    };
+    V m = ir_.select(in_valid, xv, identity);
+    int span = 1;
+    for (; 2 * span <= d; span *= 2) m = ext(m, ago(m, span, span));
+    if (span < d) m = ext(m, ago(m, d - span, span));
+    return ir_.select(at_least(ir_, n, std::max(node->min_periods, 1)), m, ir_.nan());
 }
 
 }  // namespace
