@@ -560,8 +560,8 @@ V Lowering::pair_moments(const Node* node) {
 // for the largest 2^K <= d (the two overlap, which an extreme does not mind). O(log d) per row, and the
 // same instructions on every row and column. The lowering before it kept the extreme and its row and
 // rescanned the window when that row left it: rare for one column, but a warp runs 32 columns and one of
-// them rescanned on almost every row (H200, 50,000 x 50,000: max w = 30 at 10 x and w = 61 at 27 x the
-// bandwidth floor, bench/RESULTS.md). NaN enters as the identity (-inf for max, +inf for min), and so do
+// them rescanned on almost every row (H200, 50,000 x 50,000: max w = 30 took 10 x its bandwidth floor,
+// 2.0 x now; bench/RESULTS.md). NaN enters as the identity (-inf for max, +inf for min), and so do
 // the rows before the pass (their ring entries read NaN); n says whether the window has a value. The
 // identity is exact: a window whose only values are -inf has n >= 1 and the maximum -inf.
 V Lowering::extreme(const Node* node, bool is_max) {
