@@ -227,6 +227,23 @@ TEST_CASE_TEMPLATE_DEFINE("windows over infinities", T, ops_windows_inf) {
 }
 TEST_CASE_TEMPLATE_APPLY(ops_windows_inf, fj::test::CpuTargets);
 
+TEST_CASE_TEMPLATE_DEFINE("window min/max: every table shape", T, ops_extremes) {
+    // The lowering combines extremes of 1, 2, 4, ... rows: window lengths at, just above and just below
+    // powers of two, tables longer than the CUDA emitter's register rings (16), and windows of +-inf.
+    const Expr q = B / dA;
+    NamedExprs prog;
+    for (int d : {3, 4, 8, 15, 16, 17, 31, 32, 33}) {
+        prog.push_back({mp_name("min", d, d), fj::min(fj::window(A, d))});
+        prog.push_back({mp_name("max", d, 1), fj::max(fj::window(A, d, 1))});
+    }
+    for (int d : {4, 16, 17}) {
+        prog.push_back({"min_inf" + std::to_string(d), fj::min(fj::window(q, d, 1))});
+        prog.push_back({"max_inf" + std::to_string(d), fj::max(fj::window(q, d))});
+    }
+    program_on_all<T>(prog);
+}
+TEST_CASE_TEMPLATE_APPLY(ops_extremes, fj::test::CpuTargets);
+
 TEST_CASE_TEMPLATE_DEFINE("several outputs in one program share work", T, ops_multi_output) {
     using fj::window;
     const Expr m = fj::mean(window(A, 20)), s = fj::std(window(A, 20));
