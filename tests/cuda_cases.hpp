@@ -54,6 +54,7 @@ inline std::vector<std::pair<std::string, fj::Expr>> cuda_op_cases() {
         {"wmin", fj::min(window(A, 5))},
         {"wmax", fj::max(window(A, 61))},
         {"wmin_long", fj::min(window(dA, 30, 3))},
+        {"wmax_inf", fj::max(window(B / dA, 33, 1))},  // +-inf; a table of 17 entries (span 16) in local memory
         {"corr", fj::corr(window(A, 20), window(B, 20))},
         {"cov", fj::cov(window(A, 10, 5), window(B, 10, 3))},
         // Nesting: rings of windowed values, delays of windowed values, windows over min/max.
