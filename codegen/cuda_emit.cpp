@@ -763,9 +763,10 @@ private:
                        !rings_[static_cast<std::size_t>(x.slot)].in_regs;
             })) {
             // The scan of a circular ring for its newest extreme, once per kernel instead of once per copy
-            // of the body (a batch has U of them, and NVVM unrolls each LAG-step loop): max(A, w=30) took
-            // 350-590 ms in NVRTC on the H200, mostly in NVVM and PTX translation of six unrolled scans.
-            // Not inlined; called only on rows whose extreme has left the window.
+            // of the body (a batch has U of them, and NVVM unrolls each LAG-step loop): max(A, w=30), when
+            // its lowering still rescanned (before the sparse table of lower_ops.cpp), took 350-590 ms in
+            // NVRTC on the H200, mostly in NVVM and PTX translation of six unrolled scans. Not inlined:
+            // only the lanes that need a scan call it.
             line(0, "#ifndef FJ_ARG_EXT_DEFINED");
             line(0, "#define FJ_ARG_EXT_DEFINED");
             line(0, "// Lag (from the newest entry, at q) of the newest extreme of the LAG newest entries, NaN skipped; -1: none.");
