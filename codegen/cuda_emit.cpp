@@ -191,15 +191,6 @@ private:
                 slot(i, k_.outputs.size(), "output");
                 operand(i, in.a, Type::F64);
                 break;
-            case Prim::RingReadDyn:
-                slot(i, k_.rings.size(), "ring");
-                operand(i, in.a, Type::F64);
-                break;
-            case Prim::RingArgExt:
-                slot(i, k_.rings.size(), "ring");
-                operand(i, in.a, Type::Bool);
-                if (in.lag < 1 || in.lag > rings_[in.slot].size) bad_ir(k_, i, "scan length outside the ring");
-                break;
             case Prim::Add: case Prim::Sub: case Prim::Mul: case Prim::Div: case Prim::Pow:
             case Prim::Min: case Prim::Max:
             case Prim::CmpLT: case Prim::CmpLE: case Prim::CmpGT: case Prim::CmpGE: case Prim::CmpEQ:
@@ -758,32 +749,6 @@ private:
             line(0, "#define FJ_ST_STREAM(a, v) asm volatile(\"st.global.cs.{} [%0], %1;\" :: \"l\"(a), \"{}\"(v))", ty, con);
             line(0, "#endif");
         }
-        if (std::any_of(k_.body.begin(), k_.body.end(), [&](const Inst& x) {
-                return x.op == Prim::RingArgExt && live_[static_cast<std::size_t>(&x - k_.body.data())] &&
-                       !rings_[static_cast<std::size_t>(x.slot)].in_regs;
-            })) {
-            // The scan of a circular ring for its newest extreme, once per kernel instead of once per copy
-            // of the body (a batch has U of them, and NVVM unrolls each LAG-step loop): max(A, w=30), when
-            // its lowering still rescanned (before the sparse table of lower_ops.cpp), took 350-590 ms in
-            // NVRTC on the H200, mostly in NVVM and PTX translation of six unrolled scans. Not inlined:
-            // only the lanes that need a scan call it.
-            line(0, "#ifndef FJ_ARG_EXT_DEFINED");
-            line(0, "#define FJ_ARG_EXT_DEFINED");
-            line(0, "// Lag (from the newest entry, at q) of the newest extreme of the LAG newest entries, NaN skipped; -1: none.");
-            line(0, "template <int SIZE, int LAG, bool MAX>");
-            line(0, "__device__ __noinline__ int fj_arg_ext(const double* r, int q) {{");
-            line(1, "double best = 0.0;");
-            line(1, "int at = -1;");
-            line(1, "#pragma unroll");
-            line(1, "for (int l = 0; l < LAG; ++l) {{");
-            line(2, "const double e = r[q];");
-            line(2, "if (e == e && (at < 0 || (MAX ? e > best : e < best))) {{ best = e; at = l; }}");
-            line(2, "q = q == 0 ? SIZE - 1 : q - 1;");
-            line(1, "}}");
-            line(1, "return at;");
-            line(0, "}}");
-            line(0, "#endif");
-        }
         if (fast_rsqrt_) {
             // CUDA's rsqrt(double) is this estimate and cubic correction plus a range check that calls a
             // slow path (subnormal, huge and special arguments): a branch and a convergence barrier per
@@ -1334,46 +1299,6 @@ private:
         case Prim::Output:
             store_output(ind, u, x.slot, fmt::format("({}){}", T_, v(x.a)));
             break;
-        case Prim::RingReadDyn: {
-            // A lag outside [0, size) (NaN included: the lanes whose RingArgExt found nothing) reads NaN.
-            const int S = rings_[x.slot].size;
-            line(ind, "double v{} = FJ_NAN;", i);
-            line(ind, "if ({} >= 0.0 && {} < {}.0) {{", v(x.a), v(x.a), S);
-            if (rings_[x.slot].in_regs) {
-                // Constant indices only, so the ring stays in registers: a select per entry.
-                line(ind + 1, "const int k = (int){};", v(x.a));
-                line(ind + 1, "#pragma unroll");
-                line(ind + 1, "for (int q = 0; q < {}; ++q) if (q == k) v{} = r{}[q];", S, i, x.slot);
-            } else {
-                line(ind + 1, "int q = rp{} - (int){};", x.slot, v(x.a));
-                line(ind + 1, "q += q < 0 ? {} : 0;", S);
-                line(ind + 1, "v{} = r{}[q];", i, x.slot);
-            }
-            line(ind, "}}");
-            break;
-        }
-        case Prim::RingArgExt: {
-            // Newest extreme: scanning from lag 0 upwards, only a strictly better entry replaces the best.
-            const RingInfo& ri = rings_[x.slot];
-            const char* better = x.imm != 0 ? ">" : "<";
-            line(ind, "double v{} = FJ_NAN;", i);
-            line(ind, "if ({}) {{", v(x.a));
-            line(ind + 1, "int at = -1;");
-            if (ri.in_regs) {
-                line(ind + 1, "double best = FJ_NAN;");
-                line(ind + 1, "#pragma unroll");
-                line(ind + 1, "for (int q = 0; q < {}; ++q) {{", x.lag);
-                line(ind + 2, "const double e = r{}[q];", x.slot);
-                line(ind + 2, "if (e == e && (at < 0 || e {} best)) {{ best = e; at = q; }}", better);
-                line(ind + 1, "}}");
-            } else {
-                line(ind + 1, "at = fj_arg_ext<{}, {}, {}>(r{}, rp{});", ri.size, x.lag, x.imm != 0 ? "true" : "false",
-                     x.slot, x.slot);
-            }
-            line(ind + 1, "if (at >= 0) v{} = (double)at;", i);
-            line(ind, "}}");
-            break;
-        }
         case Prim::Add: def(fmt::format("{} + {}", v(x.a), v(x.b))); break;
         case Prim::Sub: def(fmt::format("{} - {}", v(x.a), v(x.b))); break;
         case Prim::Mul: def(fmt::format("{} * {}", v(x.a), v(x.b))); break;

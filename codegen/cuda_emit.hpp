@@ -11,8 +11,8 @@
 // row_begin = max(0, out_begin - halo) to row_end = min(rows, out_begin + tile_rows), so the first
 // rows only warm the states up (the IR's Output stores nothing before out_begin). States are local
 // doubles; rings are local double arrays with a position counter, except small ones (reg_ring_max),
-// which become shift registers indexed only by constants so that they stay in registers (a read at a
-// run-time lag is then a select per entry). Addresses are 64-bit throughout.
+// which become shift registers indexed only by constants so that they stay in registers. Addresses are
+// 64-bit throughout.
 //
 // Loops of a pass, in order:
 //   * (fixed leading dimensions only) the rows before out_begin in batches of warm_only_rows that store

@@ -51,10 +51,6 @@ public:
     }
     void push(int ring, V v) { emit({ir::Prim::RingPush, ir::Type::Void, v, -1, -1, ring}); }
     V ring_read(int ring, int lag) { return emit({ir::Prim::RingRead, ir::Type::F64, -1, -1, -1, ring, lag}); }
-    V ring_read_dyn(int ring, V lag) { return emit({ir::Prim::RingReadDyn, ir::Type::F64, lag, -1, -1, ring}); }
-    V ring_arg_ext(int ring, V mask, int len, bool max) {
-        return emit({ir::Prim::RingArgExt, ir::Type::F64, mask, -1, -1, ring, len, max ? 1.0 : 0.0});
-    }
     void output(int slot, V v) { emit({ir::Prim::Output, ir::Type::Void, v, -1, -1, slot}); }
 
     // Arithmetic and logic.

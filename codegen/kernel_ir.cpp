@@ -66,8 +66,7 @@ std::string Kernel::dump() const {
         case Prim::Output: add(outputs[i.slot]); break;
         case Prim::LoadState: case Prim::StoreState: add(fmt::format("s{}", i.slot)); break;
         case Prim::RingRead: add(fmt::format("r{}[t-{}]", i.slot, i.lag)); break;
-        case Prim::RingPush: case Prim::RingReadDyn: add(fmt::format("r{}", i.slot)); break;
-        case Prim::RingArgExt: add(fmt::format("r{} {} over {}", i.slot, i.imm == 0 ? "min" : "max", i.lag)); break;
+        case Prim::RingPush: add(fmt::format("r{}", i.slot)); break;
         case Prim::RowInPass: add(fmt::format("t-{}", i.lag)); break;
         default: break;
         }

@@ -35,13 +35,6 @@ enum class Type : std::uint8_t { F64, Bool, Void };
     X(StoreState)   /* state #slot := a */                                                                \
     X(RingPush)     /* ring #slot: this row's value := a (once per row, before reads of this row) */      \
     X(Output)       /* output #slot := a, stored (as the panel dtype) only when t >= out_begin */         \
-    /* rings scanned */                                                                                   \
-    X(RingReadDyn)  /* F64: ring #slot at lag a (an integral f64 in [0, size)); NaN if a is NaN or */     \
-                    /* that row was not pushed. Must never read out of bounds, whatever a holds. */       \
-    X(RingArgExt)   /* F64: for lanes where Bool a holds: the smallest lag in [0, lag) whose entry is */  \
-                    /* the minimum (imm 0) or maximum (imm 1) of the non-NaN entries, i.e. the newest */  \
-                    /* extreme; NaN if none. Lanes where a is false: NaN. Costs O(lag) when any lane */   \
-                    /* needs it, nothing otherwise. */                                                    \
     /* arithmetic, IEEE-754 double, no fast-math */                                                       \
     X(Add) X(Sub) X(Mul) X(Div) X(Neg) X(Abs) X(Sqrt) X(Exp) X(Log) X(Pow)                                \
     X(Floor)                                                                                              \
@@ -74,8 +67,8 @@ struct Inst {
     Type type = Type::F64;
     std::int32_t a = -1, b = -1, c = -1;
     std::int32_t slot = -1;  // input, output, state or ring number
-    std::int32_t lag = 0;    // Input, RowInPass, RingRead; RingArgExt: the scanned length
-    double imm = 0;          // Const; RingArgExt: 0 min, 1 max
+    std::int32_t lag = 0;    // Input, RowInPass, RingRead
+    double imm = 0;          // Const
 };
 
 struct StateSlot {

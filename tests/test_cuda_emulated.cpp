@@ -47,7 +47,6 @@ static inline float __int_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4)
 #define FJ_ST_STREAM(a, v) (*(a) = (v))
 #define __device__
 #define __forceinline__ inline
-#define __noinline__
 // Staged loads: a plain copy into a static array standing for the block's shared memory.
 #define FJ_CP_ASYNC(dst, src) std::memcpy(fj_smem + (dst), (src), sizeof(*(src)))
 #define FJ_CP_COMMIT() ((void)0)

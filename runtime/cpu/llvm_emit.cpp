@@ -289,8 +289,6 @@ private:
             // Entries start as NaN and rows since row_begin are all pushed, so an entry for a row before
             // the pass reads NaN without a test (lag < ring size).
             return scratch_load(ring_slot(in.slot, ring_pos(in.slot, in.lag)));
-        case Prim::RingReadDyn: return ring_read_dyn(in.slot, A());
-        case Prim::RingArgExt: return ring_arg_ext(in.slot, A(), in.lag, in.imm != 0);
         case Prim::Output: {  // masked off on warm-up rows and past the last column
             llvm::Value* idx = b_.CreateAdd(b_.CreateMul(row_->t, out_ld_v_[in.slot]), col_);
             llvm::Value* p = b_.CreateInBoundsGEP(elem_, out_ptr_[in.slot], idx);
@@ -349,57 +347,6 @@ private:
                 r = b_.CreateFMul(r, b_.CreateFSub(splat(2.0), b_.CreateFMul(x, r)));
         }
         return r;
-    }
-
-    llvm::Value* ring_read_dyn(int ring, llvm::Value* lag) {
-        llvm::Value* ok = b_.CreateFCmpORD(lag, lag);
-        llvm::Value* li = b_.CreateFPToSI(b_.CreateSelect(ok, lag, splat(0)), vi_);
-        const int size = k_.rings[ring].size;
-        llvm::Value* p = b_.CreateSub(b_.CreateVectorSplat(W_, row_->pos[ring]), li);
-        p = b_.CreateSelect(b_.CreateICmpSLT(p, b_.CreateVectorSplat(W_, i64c(0))),
-                            b_.CreateAdd(p, b_.CreateVectorSplat(W_, i64c(size))), p);
-        // Each lane reads its own column's entry: lane i of the vector at the entry.
-        llvm::Value* idx = b_.CreateAdd(
-            b_.CreateMul(b_.CreateAdd(p, b_.CreateVectorSplat(W_, i64c(ring_offset_[ring]))),
-                         b_.CreateVectorSplat(W_, i64c(W_))),
-            iota());
-        llvm::Value* ptrs = b_.CreateInBoundsGEP(f64_, group_base_, idx);
-        return scratch_access(b_.CreateMaskedGather(vf_, ptrs, llvm::Align(8), ok, nan()));
-    }
-
-    // Scans the ring only when some lane asks; otherwise costs one horizontal OR.
-    llvm::Value* ring_arg_ext(int ring, llvm::Value* mask, int len, bool is_max) {
-        llvm::Value* any = b_.CreateOrReduce(mask);
-        llvm::BasicBlock* from = b_.GetInsertBlock();
-        llvm::BasicBlock* scan = llvm::BasicBlock::Create(ctx_, "rescan", fn_);
-        llvm::BasicBlock* join = llvm::BasicBlock::Create(ctx_, "rescanned", fn_);
-        b_.CreateCondBr(any, scan, join);
-        b_.SetInsertPoint(scan);
-        llvm::BasicBlock* pre = b_.GetInsertBlock();
-        Loop k = begin_loop(i64c(0), i64c(len), "scan");
-        llvm::PHINode* best = b_.CreatePHI(vf_, 2, "best");
-        llvm::PHINode* best_lag = b_.CreatePHI(vf_, 2, "best_lag");
-        // The PHIs belong in the header; move them there (begin_loop left us in the body).
-        best->moveBefore(k.header->getFirstNonPHI());
-        best_lag->moveBefore(k.header->getFirstNonPHI());
-        best->addIncoming(nan(), pre);
-        best_lag->addIncoming(nan(), pre);
-        llvm::Value* e = scratch_load(ring_slot(ring, wrap(b_.CreateSub(row_->pos[ring], k.iv), k_.rings[ring].size)));
-        llvm::Value* beats = is_max ? b_.CreateFCmpOGT(e, best) : b_.CreateFCmpOLT(e, best);
-        llvm::Value* better = b_.CreateAnd(b_.CreateFCmpORD(e, e), b_.CreateOr(b_.CreateFCmpUNO(best, best), beats));
-        llvm::Value* nb = b_.CreateSelect(better, e, best);
-        llvm::Value* nl = b_.CreateSelect(better, b_.CreateVectorSplat(W_, b_.CreateSIToFP(k.iv, f64_)), best_lag);
-        best->addIncoming(nb, b_.GetInsertBlock());
-        best_lag->addIncoming(nl, b_.GetInsertBlock());
-        end_loop(k);
-        llvm::Value* res = b_.CreateSelect(mask, best_lag, nan());
-        llvm::BasicBlock* scanned = b_.GetInsertBlock();
-        b_.CreateBr(join);
-        b_.SetInsertPoint(join);
-        llvm::PHINode* out = b_.CreatePHI(vf_, 2, "arg_ext");
-        out->addIncoming(nan(), from);
-        out->addIncoming(res, scanned);
-        return out;
     }
 
     const ir::Kernel& k_;
