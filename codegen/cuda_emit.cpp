@@ -273,42 +273,37 @@ private:
             if (live_[i])
                 for (std::int32_t o : {k_.body[i].a, k_.body[i].b, k_.body[i].c})
                     if (o >= 0) users[static_cast<std::size_t>(o)].push_back(i);
-        std::map<int, std::vector<bool>> off_by_lag;  // L -> Bool values false while RowInPass(L) is false
-        auto false_while_out = [&](int L) -> const std::vector<bool>& {
-            auto [it, fresh] = off_by_lag.try_emplace(L, n, false);
-            if (fresh)
-                for (std::size_t k = 0; k < n; ++k) {
-                    const Inst& y = k_.body[k];
-                    it->second[k] = (y.op == Prim::RowInPass && y.lag >= L) ||
-                                    (y.op == Prim::And && (it->second[static_cast<std::size_t>(y.a)] ||
-                                                           it->second[static_cast<std::size_t>(y.b)]));
-                }
-            return it->second;
+        // L -> the values whose content no effect reads while RowInPass(L) is false (the same for every
+        // load at lag L), found from the last instruction up.
+        std::map<int, std::vector<bool>> unread_by_lag;
+        auto unread_while_out = [&](int L) -> const std::vector<bool>& {
+            auto [it, fresh] = unread_by_lag.try_emplace(L, n, false);
+            if (!fresh) return it->second;
+            std::vector<bool> off(n, false);  // Bool values false while RowInPass(L) is false
+            for (std::size_t k = 0; k < n; ++k) {
+                const Inst& y = k_.body[k];
+                off[k] = (y.op == Prim::RowInPass && y.lag >= L) ||
+                         (y.op == Prim::And && (off[static_cast<std::size_t>(y.a)] || off[static_cast<std::size_t>(y.b)]));
+            }
+            std::vector<bool>& unread = it->second;
+            for (std::size_t k = n; k-- > 0;) {
+                const Inst& y = k_.body[k];
+                if (!live_[k] || y.op == Prim::StoreState || y.op == Prim::RingPush || y.op == Prim::Output) continue;
+                const auto v = static_cast<std::int32_t>(k);
+                unread[k] = std::all_of(users[k].begin(), users[k].end(), [&](std::size_t u) {
+                    const Inst& z = k_.body[u];
+                    const bool masked = z.op == Prim::Select && off[static_cast<std::size_t>(z.a)] && z.b == v &&
+                                        z.a != v && z.c != v;
+                    return off[u] || masked || unread[u];
+                });
+            }
+            return unread;
         };
         std::map<std::pair<int, int>, bool> by_lag;  // (input, lag) -> every load of it is pass-only
         for (std::size_t i = 0; i < n; ++i) {
             const Inst& x = k_.body[i];
             if (!live_[i] || x.op != Prim::Input) continue;
-            bool ok = x.lag > 0;
-            if (ok) {
-                const std::vector<bool>& off = false_while_out(x.lag);
-                // Values whose content no effect reads while RowInPass(L) is false, from the last up.
-                std::vector<bool> unread(n, false);
-                for (std::size_t k = n; k-- > i;) {
-                    if (!live_[k]) continue;
-                    const Inst& y = k_.body[k];
-                    if (y.op == Prim::StoreState || y.op == Prim::RingPush || y.op == Prim::Output) continue;
-                    bool all = true;
-                    for (std::size_t u : users[k]) {
-                        const Inst& z = k_.body[u];
-                        const bool masked = z.op == Prim::Select && off[static_cast<std::size_t>(z.a)] &&
-                                            z.b == static_cast<std::int32_t>(k) && z.a != z.b && z.c != z.b;
-                        if (!(off[u] || masked || unread[u])) { all = false; break; }
-                    }
-                    unread[k] = all;
-                }
-                ok = unread[i];
-            }
+            const bool ok = x.lag > 0 && unread_while_out(x.lag)[i];
             auto [it, fresh] = by_lag.try_emplace({x.slot, x.lag}, ok);
             if (!fresh) it->second = it->second && ok;
         }

@@ -94,8 +94,9 @@ struct CudaEmitOptions {
     bool batched_edges = false;
     int max_threads = 0;
     // With fixed leading dimensions: the pass's rows before out_begin (the halo) in batches of this many
-    // rows that store nothing and skip the loads of rows before the pass that no result reads, before
-    // the guarded warm-up batches (0: none). 8 or 16 rows raised corr's registers past 128 (130, 139).
+    // rows that store nothing and skip the loads of rows before the pass that no result reads; the guarded
+    // warm-up batches after them take this many rows too (0: none of that, guarded batches of `unroll`).
+    // 8 or 16 rows raised corr's registers past 128 (130, 139).
     int warm_only_rows = 4;
     // With fixed leading dimensions: L2 eviction hints in the batched loop. A row this thread reads again
     // later (a window's entering row, read again as it leaves) loads with evict_last, its last read and
