@@ -331,8 +331,8 @@ void setenv_or_unset(const char* name, const std::string& v) {
 }
 
 // Benchmark settings as "key=value,key=value" (keys: unroll fmad block smem stages pf copies edges lb hints
-// warm tile w): the
-// FJ_CUDA_* variables of the keys given are set, the others unset (library defaults).
+// warm, each an FJ_CUDA_* variable; tile, w and op, read by the cases): the FJ_CUDA_* variables of the keys
+// given are set, the others unset (library defaults).
 std::map<std::string, std::string> parse_setting(const std::string& item) {
     std::map<std::string, std::string> kv;
     std::istringstream fields(item);
