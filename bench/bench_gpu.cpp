@@ -331,7 +331,7 @@ void setenv_or_unset(const char* name, const std::string& v) {
 }
 
 // Benchmark settings as "key=value,key=value" (keys: unroll fmad block smem stages pf copies edges lb hints
-// warm, each an FJ_CUDA_* variable; tile, w and op, read by the cases): the FJ_CUDA_* variables of the keys
+// warm scan, each an FJ_CUDA_* variable; tile, w and op, read by the cases): the FJ_CUDA_* variables of the keys
 // given are set, the others unset (library defaults).
 std::map<std::string, std::string> parse_setting(const std::string& item) {
     std::map<std::string, std::string> kv;
@@ -348,7 +348,7 @@ void apply_setting(const std::map<std::string, std::string>& kv) {
                                                             {"stages", "FJ_CUDA_STAGES"}, {"pf", "FJ_CUDA_PREFETCH"},
                                                             {"copies", "FJ_CUDA_COPIES"}, {"edges", "FJ_CUDA_EDGES"},
                                                             {"lb", "FJ_CUDA_LAUNCH_BOUNDS"}, {"hints", "FJ_CUDA_CACHE_HINTS"},
-                                                            {"warm", "FJ_CUDA_WARM_ROWS"}};
+                                                            {"warm", "FJ_CUDA_WARM_ROWS"}, {"scan", "FJ_CUDA_WINDOW_SCAN"}};
     for (const auto& [key, var] : vars) {
         auto it = kv.find(key);
         setenv_or_unset(var, it == kv.end() ? std::string() : it->second);

@@ -74,6 +74,15 @@ if [ $TESTS = 1 ] && [ -x "$BUILD/cuda_tests/fj_cuda_tests" ]; then
   grep -E "ERROR|FAILED|MESSAGE|skipped" -A6 "$LOG/tests.log" | head -60
   TEST_SUMMARY="rc=$rc; $(grep -E '^\[doctest\] (test cases|assertions)' "$LOG/tests.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
   echo "== tests: $TEST_SUMMARY"
+  # The GPU suite again with every kernel specialised on its leading dimensions and a window scan wherever
+  # one can be (the defaults give window scans only to big panels with long windows).
+  t0=$(date +%s)
+  FJ_CUDA_FIXED_LD=1 FJ_CUDA_WINDOW_SCAN=1 "$BUILD/cuda_tests/fj_cuda_tests" --no-intro -ts=cuda_gpu > "$LOG/tests_scan.log" 2>&1
+  rc=$?
+  grep -E "ERROR|FAILED" -A6 "$LOG/tests_scan.log" | head -40
+  SCAN_SUMMARY="rc=$rc; $(grep -E '^\[doctest\] (test cases|assertions)' "$LOG/tests_scan.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
+  echo "== GPU tests, window scans wherever possible: $SCAN_SUMMARY"
+  TEST_SUMMARY="$TEST_SUMMARY; window scans: $SCAN_SUMMARY"
 fi
 
 # CUDA against the CPU backend's results made on the development machine (tests/cross_backend), with the
@@ -81,13 +90,15 @@ fi
 XCHECK_SUMMARY="not run (no .carry/xcheck/cpu)"
 if [ -d .carry/xcheck/cpu ] && [ -x "$BUILD/factorjit" ]; then
   XCHECK_SUMMARY=""
-  for fixed in 0 1; do
+  for fixed in 0 1 scan; do
     rm -rf "$BUILD/xcheck_$fixed"
-    FJ_CUDA_FIXED_LD=$fixed python3 tests/cross_backend/cross_check.py run .carry/xcheck "$BUILD/xcheck_$fixed" cuda \
+    scan=0; [ $fixed = scan ] && scan=1
+    FJ_CUDA_FIXED_LD=$([ $fixed = 0 ] && echo 0 || echo 1) FJ_CUDA_WINDOW_SCAN=$scan python3 tests/cross_backend/cross_check.py run .carry/xcheck "$BUILD/xcheck_$fixed" cuda \
       "$BUILD/factorjit" > "$LOG/xcheck_$fixed.log" 2>&1
     python3 tests/cross_backend/cross_check.py compare "$BUILD/xcheck_$fixed" .carry/xcheck/cpu >> "$LOG/xcheck_$fixed.log" 2>&1
     grep -E "^BAD" "$LOG/xcheck_$fixed.log" | head -10
-    XCHECK_SUMMARY="$XCHECK_SUMMARY [fixed ld $fixed: $(tail -1 "$LOG/xcheck_$fixed.log")]"
+    label="fixed ld $fixed"; [ $fixed = scan ] && label="fixed ld 1, window scans wherever possible"
+    XCHECK_SUMMARY="$XCHECK_SUMMARY [$label: $(tail -1 "$LOG/xcheck_$fixed.log")]"
   done
   echo "== cross-check against the CPU backend:$XCHECK_SUMMARY"
 fi

@@ -128,10 +128,14 @@ int cmd_compile(const std::vector<std::string>& argv) {
         std::printf("kernel %s (%s, %s): NVRTC %.1f ms, %s, %s bytes local, cubin %zu bytes\n", k.function.c_str(),
                     std::string(fj::dtype_name(dtype)).c_str(), arch.c_str(), k.compile_ms, regs.c_str(),
                     k.stack_bytes >= 0 ? std::to_string(k.stack_bytes).c_str() : "?", k.entry.image.size());
-        std::printf("  %d row(s) per batch%s\n", k.emitted.unroll,
-                    k.smem_per_thread ? fmt::format(", loads staged in shared memory ({} batches, {} bytes per thread)",
-                                                    k.emitted.async_stages, k.smem_per_thread).c_str()
-                                      : "");
+        if (k.block_smem)
+            std::printf("  window scan: the windows of %d columns per block in %d bytes of shared memory\n",
+                        fj::codegen::kWindowScanColumns, k.block_smem);
+        else
+            std::printf("  %d row(s) per batch%s\n", k.emitted.unroll,
+                        k.smem_per_thread ? fmt::format(", loads staged in shared memory ({} batches, {} bytes per thread)",
+                                                        k.emitted.async_stages, k.smem_per_thread).c_str()
+                                          : "");
         if (!k.log.empty()) std::printf("  NVRTC log:\n%s\n", k.log.c_str());
         if (!k.dump_path.empty()) std::printf("  source: %s\n", k.dump_path.c_str());
     }

@@ -106,7 +106,25 @@ struct CudaEmitOptions {
     // Diagnosis only: give bodies of more than 300 live instructions the guarded warm-up batches and
     // fj_rsqrt too, the shapes ptxas -O2/-O3 miscompiled on the H200 (bench/RESULTS.md).
     bool big_body_shapes = false;
+    // The window-scan kernel instead of the column scan (see "Window-scan kernels" below): float32 and
+    // fixed leading dimensions only; emit_cuda throws for kernels cuda_window_scan_smem() refuses.
+    bool window_scan = false;
 };
+
+// Window-scan kernels (codegen/cuda_scan_emit.cpp) keep a block's 32 columns' whole window in shared
+// memory, so that a long window's leaving rows are not read from global memory again, and share each column
+// among the block's 8 warps (each runs 4 rows of a 32-row batch; their window sums and run counters are
+// combined by a scan across warps). For kernels whose states are window sums, run counters, first values
+// and previous values only (the moments of corr, cov, mean, std, ...). Launch: blocks of
+// kWindowScanThreads threads, each owning kWindowScanColumns columns, cuda_window_scan_smem() bytes of
+// dynamic shared memory per block; time tiles as for the column scan.
+inline constexpr int kWindowScanThreads = 256;
+inline constexpr int kWindowScanColumns = 32;
+// At most this much shared memory per block, so that two blocks fit an SM of sm_90 (227 KB).
+inline constexpr int kWindowScanMaxSharedBytes = 113 * 1024;
+// Dynamic shared memory per block of the window-scan kernel of `kernel` with these options, or 0 when it
+// cannot run as one (why_not, when given, says why).
+int cuda_window_scan_smem(const ir::Kernel& kernel, const CudaEmitOptions& options, std::string* why_not = nullptr);
 
 // Staging costs more shared memory per thread than this: the kernel loads into registers instead. Room
 // for 8 float32 stages of corr's 32 loads (8 rows x 4): about 220 threads per SM, for experiments with

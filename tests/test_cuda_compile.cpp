@@ -162,6 +162,36 @@ TEST_CASE("every operator's kernel compiles for sm_90, float32 and float64") {
     }
 }
 
+TEST_CASE("every operator's window-scan kernel compiles (where it can be one), without spills or warnings") {
+    if (!have_nvrtc()) return;
+    cu::CudaSettings s;
+    s.window_scan = 1;
+    std::vector<fj::codegen::Plan> plans;
+    for (const auto& c : fj::test::cuda_op_cases()) plans.push_back(fj::codegen::make_plan({{"out", c.second}}));
+    std::vector<const fj::ir::Kernel*> kernels;
+    for (const auto& p : plans)
+        for (const auto& r : p.regions) {
+            fj::codegen::CudaEmitOptions o;
+            o.strides.assign(r.kernel.inputs.size() + r.kernel.outputs.size(), 1000);
+            if (fj::codegen::cuda_window_scan_smem(r.kernel, o) > 0) kernels.push_back(&r.kernel);
+        }
+    CHECK(kernels.size() >= 7);  // sum, sum_mp, mean, var, corr, cov, std_of_corr's inner corr at least
+    std::vector<cu::CudaCompiled> out;
+    try {
+        out = cu::compile_cuda_kernels(kernels, fj::DType::F32, "sm_90", true, s, 1000);
+    } catch (const fj::Error& e) {
+        FAIL(e.what());
+    }
+    for (const cu::CudaCompiled& k : out) {
+        CAPTURE(k.function);
+        CHECK(k.emitted.window_scan);
+        CHECK(k.block_smem > 0);
+        CHECK(k.stack_bytes == 0);
+        CHECK(k.registers <= 128);  // two blocks of 256 threads per SM
+        CHECK(k.log.find("warning") == std::string::npos);
+    }
+}
+
 TEST_CASE("all operators in one program, default settings, both dtypes") {
     if (!have_nvrtc()) return;
     for (fj::DType dtype : {fj::DType::F32, fj::DType::F64})
@@ -288,9 +318,19 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
     {
         const fj::codegen::Plan long_plan =
             fj::codegen::make_plan({{"o", fj::corr(fj::window(A, 250), fj::window(B, 250))}});
-        const auto long_window = specialised(long_plan, cu::CudaSettings{});
+        cu::CudaSettings column;
+        column.window_scan = 0;
+        const auto long_window = specialised(long_plan, column);
+        CHECK(long_window.block_smem == 0);
         CHECK(long_window.source.find("FJ_LD_KEEP(x0_15, &in0[31LL * ld_in0], fj_keep);") != std::string::npos);
         CHECK(long_window.source.find("FJ_LD_LAST(x0_m250, &in0[-234LL * ld_in0]);") != std::string::npos);
+        // By default a window that long is a window scan (kWindowScanMinLag): its rings of 352 rows for A and B
+        // and the scan's totals (5 sums, 3 counters) in shared memory.
+        const auto scan = specialised(long_plan, cu::CudaSettings{});
+        CHECK(scan.emitted.window_scan);
+        CHECK(scan.block_smem == 2 * (352 + 4) * 32 * 4 + 9 * 32 * (5 * 8 + 3 * 4));
+        CHECK(scan.source.find("rings of 352 rows") != std::string::npos);
+        CHECK(scan.key != long_window.key);
     }
 
     SUBCASE("loads staged in shared memory (cp.async)") {

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,9 +33,14 @@ const char* const kShim = R"(// Host stand-ins for what generated CUDA kernels u
 #include <cmath>
 #include <math.h>
 #include <cstring>
+#include <atomic>
+#include <barrier>
+#include <thread>
+#include <vector>
 struct fj_dim3 { unsigned x = 0, y = 0, z = 0; };
 static thread_local fj_dim3 blockIdx, blockDim, threadIdx, gridDim;
 #define __global__
+#define __launch_bounds__(...)
 #define __restrict__ __restrict
 static inline double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, 8); return d; }
 static inline long long __double_as_longlong(double d) { long long v; std::memcpy(&v, &d, 8); return v; }
@@ -51,7 +57,29 @@ static inline float __int_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4)
 #define FJ_CP_ASYNC(dst, src) std::memcpy(fj_smem + (dst), (src), sizeof(*(src)))
 #define FJ_CP_COMMIT() ((void)0)
 #define FJ_CP_WAIT(n) ((void)0)
-#define FJ_SMEM_DECL alignas(16) static unsigned char fj_smem[1 << 20]
+alignas(16) static unsigned char fj_block_smem[1 << 20];  // one block runs at a time
+#define FJ_SMEM_DECL unsigned char* const fj_smem = fj_block_smem
+// Window-scan kernels: a block's threads are threads here, its barriers a std::barrier; copies are done at once.
+static std::barrier<>* fj_bar = nullptr;
+static std::atomic<int> fj_and_false{0};
+static inline void __syncthreads() { fj_bar->arrive_and_wait(); }
+static inline int __syncthreads_and(int p) {
+    if (!p) fj_and_false.store(1);
+    fj_bar->arrive_and_wait();
+    const int r = !fj_and_false.load();
+    fj_bar->arrive_and_wait();
+    if (threadIdx.x == 0) fj_and_false.store(0);
+    fj_bar->arrive_and_wait();
+    return r;
+}
+#define FJ_SYNC() __syncthreads()
+#define FJ_SYNC_AND(p) __syncthreads_and(p)
+static inline void fj_cp(unsigned dst, const void* src, int n, int size) {
+    std::memcpy(fj_block_smem + dst, src, n);
+    std::memset(fj_block_smem + dst + n, 0, size - n);
+}
+#define FJ_CP16(dst, src, n) fj_cp(dst, src, n, 16)
+#define FJ_CP4(dst, src, n) fj_cp(dst, src, n, 4)
 #define FJ_SHARED_ADDR(p) ((unsigned)(reinterpret_cast<const unsigned char*>(p) - fj_smem))
 // The hardware estimate (relative error below 2^-22) as a float32 rounding of the exact value, so that the
 // refinement after it is what makes results right.
@@ -77,8 +105,10 @@ std::string host_compiler() {
 class Emulated {
 public:
     // ld_in/ld_out > 0: kernels specialised on those leading dimensions (CudaEmitOptions::strides).
+    // window_scan: window-scan kernels (CudaEmitOptions::window_scan), run with a thread per CUDA thread.
     Emulated(const std::vector<const fj::ir::Kernel*>& kernels, fj::DType dtype, const std::string& dir,
-             const std::string& cxx, long long ld_in = 0, long long ld_out = 0) {
+             const std::string& cxx, long long ld_in = 0, long long ld_out = 0, bool window_scan = false)
+        : window_scan_(window_scan) {
         std::string src = kShim;
         for (std::size_t i = 0; i < kernels.size(); ++i) {
             fj::ir::Kernel k = *kernels[i];
@@ -97,16 +127,28 @@ public:
                 o.strides.assign(k.inputs.size(), ld_in);
                 o.strides.insert(o.strides.end(), k.outputs.size(), ld_out);
             }
+            o.window_scan = window_scan;
             src += "#undef FJ_NAN\n" + fj::codegen::emit_cuda(k, o);
+            if (window_scan) {
+                src += "extern \"C\" void run_" + k.name + "(const void* w, unsigned gx, unsigned gy, unsigned block) {\n"
+                       "  for (unsigned y = 0; y < gy; ++y) for (unsigned x = 0; x < gx; ++x) {\n"
+                       "    std::barrier<> bar(block);\n    fj_bar = &bar;\n    std::vector<std::thread> ts;\n"
+                       "    for (unsigned t = 0; t < block; ++t) ts.emplace_back([=] {\n"
+                       "      blockDim.x = block; gridDim.x = gx; gridDim.y = gy; blockIdx.x = x; blockIdx.y = y; threadIdx.x = t;\n"
+                       "      " + k.name + "(*static_cast<const fj_params_" + k.name + "*>(w));\n    });\n"
+                       "    for (auto& th : ts) th.join();\n  }\n}\n";
+                continue;
+            }
             src += "extern \"C\" void run_" + k.name + "(const void* w, unsigned gx, unsigned gy, unsigned block) {\n"
                    "  blockDim.x = block; gridDim.x = gx; gridDim.y = gy;\n"
                    "  for (unsigned y = 0; y < gy; ++y) for (unsigned x = 0; x < gx; ++x) for (unsigned t = 0; t < block; ++t) {\n"
                    "    blockIdx.x = x; blockIdx.y = y; threadIdx.x = t;\n"
                    "    " + k.name + "(*static_cast<const fj_params_" + k.name + "*>(w));\n  }\n}\n";
         }
-        const std::string stem = dir + "/emulated_" + std::string(fj::dtype_name(dtype)) + (ld_in > 0 ? "_fixed" : "");
+        const std::string stem = dir + "/emulated_" + std::string(fj::dtype_name(dtype)) + (ld_in > 0 ? "_fixed" : "") +
+                                 (window_scan ? "_scan" + std::to_string(ld_in) : "");
         std::ofstream(stem + ".cpp") << src;
-        const std::string cmd = cxx + " -std=c++17 -O1 -shared -fPIC -w -o " + stem + ".so " + stem + ".cpp > " +
+        const std::string cmd = cxx + " -std=c++20 -O1 -shared -fPIC -pthread -w -o " + stem + ".so " + stem + ".cpp > " +
                                 stem + ".log 2>&1";
         if (std::system(cmd.c_str()) != 0) {
             std::ifstream log(stem + ".log");
@@ -133,8 +175,11 @@ public:
         li.rows = p0.rows;
         li.cols = p0.cols;
         li.halo = k.halo;
-        li.block = 32;
+        li.block = window_scan_ ? fj::codegen::kWindowScanThreads : 32;
+        li.cols_per_block = window_scan_ ? fj::codegen::kWindowScanColumns : 0;
+        li.blocks_per_sm = window_scan_ ? 2 : 1;
         li.sm_count = 2;
+        if (window_scan_) li.max_grid_y = 2;  // (a thread per CUDA thread: blocks run more tiles each instead)
         li.tile_rows = tile_rows;
         const fj::rt::cuda::LaunchShape s = fj::rt::cuda::choose_launch(li);
         std::vector<std::uint64_t> w;
@@ -147,6 +192,7 @@ public:
     }
 
 private:
+    bool window_scan_ = false;
     void* so_ = nullptr;
     std::string error_;
 };
@@ -222,6 +268,90 @@ TEST_CASE("generated kernels, run on the host, match the reference") {
                     CHECK_MESSAGE(b.padding_changed(-3.3e33).empty(), "`" << roots[k].str() << "` wrote padding");
                 }
               }
+            }
+        }
+    }
+}
+
+TEST_CASE("window-scan kernels, run on the host, match the reference") {
+    const std::string cxx = host_compiler();
+    if (cxx.empty()) {
+        MESSAGE("skipped: no host C++ compiler (set FJ_TEST_CXX)");
+        return;
+    }
+    const std::string dir = std::string(FJ_TEST_TMP) + "/cuda_emulated";
+    std::filesystem::create_directories(dir);
+    using fj::window;
+    const fj::Expr A = fj::input("A"), B = fj::input("B");
+    // Every operator case, and windows longer than a batch (32 rows) and than two (the rings wrap, the
+    // leaving rows come from the ring's mirrored rows), with minimum periods and fused outputs.
+    auto cases = fj::test::cuda_op_cases();
+    cases.push_back({"corr_long", fj::corr(window(A, 45), window(B, 45))});
+    cases.push_back({"std_long", fj::std(window(A, 70))});
+    cases.push_back({"std_long_mp", fj::std(window(A, 70, 20))});  // (its last valid value is not scanned yet)
+    cases.push_back({"cov_long", fj::cov(window(A, 33, 7), window(B, 33, 30))});
+    cases.push_back({"mean_long", fj::mean(window(B, 64))});
+    std::vector<std::pair<std::string, fj::Expr>> fused = {cases.back(), {"corr_long", fj::corr(window(A, 45), window(B, 45))}};
+    // Kernels that must be window scans (the others may fall back to the column scan).
+    const std::set<std::string> must = {"sum", "sum_mp", "mean", "var", "corr", "cov", "corr_long",
+                                        "std_long", "cov_long", "mean_long"};
+    const fj::test::Dataset ds = fj::test::dataset("price, messy", 300, 37, fj::test::messy(fj::test::Flavour::Price), 17);
+    const fj::DType dtype = fj::DType::F32;
+    std::vector<std::vector<std::pair<std::string, fj::Expr>>> programs;
+    for (const auto& c : cases) programs.push_back({c});
+    programs.push_back(fused);
+    std::vector<fj::codegen::Plan> plans;
+    for (const auto& p : programs) plans.push_back(fj::codegen::make_plan(p, dtype));
+    // ld 41: 4-byte copies; ld 40: 16-byte ones (rows 160 bytes apart).
+    for (long long ld : {41LL, 40LL}) {
+        CAPTURE(ld);
+        std::vector<const fj::ir::Kernel*> kernels;
+        std::vector<std::size_t> index;  // kernel -> its program
+        for (std::size_t pi = 0; pi < plans.size(); ++pi) {
+            if (plans[pi].regions.size() != 1) continue;
+            const fj::ir::Kernel& k = plans[pi].regions[0].kernel;
+            fj::codegen::CudaEmitOptions o;
+            o.dtype = dtype;
+            o.strides.assign(k.inputs.size() + k.outputs.size(), ld);
+            std::string why;
+            const bool ok = fj::codegen::cuda_window_scan_smem(k, o, &why) > 0;
+            const std::string& name = programs[pi].size() == 1 ? programs[pi][0].first : std::string("fused");
+            CHECK_MESSAGE((ok || !must.count(name)), name << ": " << why);
+            if (!ok) continue;
+            kernels.push_back(&k);
+            index.push_back(pi);
+        }
+        REQUIRE(kernels.size() >= must.size());
+        Emulated emu(kernels, dtype, dir, cxx, ld, ld, true);
+        REQUIRE_MESSAGE(emu.error().empty(), emu.error());
+        const fj::test::Inputs data = fj::test::as_dtype(ds.inputs, dtype);
+        for (std::int64_t tile : {0, 7, 45}) {
+            CAPTURE(tile);
+            for (std::size_t q = 0; q < kernels.size(); ++q) {
+                const std::size_t pi = index[q];
+                const fj::codegen::Plan& plan = plans[pi];
+                std::vector<fj::Expr> roots;
+                for (const auto& [name, e] : programs[pi]) roots.push_back(e);
+                const auto refs = fj::test::reference(roots, data, ds.rows, ds.cols);
+                std::map<std::string, fj::test::HostBuffer> ib, ob;
+                std::map<std::string, fj::Panel> ip, op;
+                for (const auto& [n, v] : data) {
+                    ib.emplace(n, fj::test::HostBuffer(dtype, ds.rows, ds.cols, ld));
+                    ib.at(n).load(v, 7.7e30);
+                }
+                for (const auto& n : plan.outputs) {
+                    ob.emplace(n, fj::test::HostBuffer(dtype, ds.rows, ds.cols, ld));
+                    ob.at(n).fill(12345.0, -3.3e33);
+                }
+                for (auto& [n, b] : ib) ip.emplace(n, b.panel());
+                for (auto& [n, b] : ob) op.emplace(n, b.panel());
+                emu.run(q, plan.regions[0].kernel, ip, op, tile);
+                for (std::size_t k = 0; k < plan.outputs.size(); ++k) {
+                    const fj::test::HostBuffer& b = ob.at(plan.outputs[k]);
+                    const std::string msg = fj::test::compare_output(b.cells(), refs[k], ds.cols, dtype, roots[k].node(), {});
+                    CHECK_MESSAGE(msg.empty(), "`" << roots[k].str() << "`: " << msg);
+                    CHECK_MESSAGE(b.padding_changed(-3.3e33).empty(), "`" << roots[k].str() << "` wrote padding");
+                }
             }
         }
     }

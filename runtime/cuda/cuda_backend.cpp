@@ -59,6 +59,7 @@ CudaSettings CudaSettings::from_env() {
     s.launch_bounds = env_int("FJ_CUDA_LAUNCH_BOUNDS", 0, 0, 1024);
     s.cache_hints = env_int("FJ_CUDA_CACHE_HINTS", -1, -1, 1);
     s.warm_rows = env_int("FJ_CUDA_WARM_ROWS", s.warm_rows, 0, 16);
+    s.window_scan = env_int("FJ_CUDA_WINDOW_SCAN", -1, -1, 1);
     if (s.launch_bounds % 32) throw Error(fmt::format("FJ_CUDA_LAUNCH_BOUNDS={} is not a multiple of 32", s.launch_bounds));
     if (const char* v = std::getenv("FJ_NVRTC_OPTIONS")) {
         std::istringstream words(v);
@@ -87,10 +88,10 @@ std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::st
                        n.version, opts, settings.unroll, settings.reg_ring_max,
                        settings.big_body_shapes ? " bigbodyshapes" : "") +
            (strides.empty() ? std::string()
-                            : fmt::format(" ld=[{}] l2pf={} stages={} copies={} edges={} lb={} hints={} warm={}",
+                            : fmt::format(" ld=[{}] l2pf={} stages={} copies={} edges={} lb={} hints={} warm={} scan={}",
                                           fmt::join(strides, ","), settings.l2_prefetch, settings.stages,
                                           settings.copies, settings.batched_edges, settings.launch_bounds,
-                                          settings.cache_hints, settings.warm_rows));
+                                          settings.cache_hints, settings.warm_rows, settings.window_scan));
 }
 
 codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype, const CudaSettings& settings,
@@ -108,6 +109,11 @@ codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype
     eo.max_threads = settings.launch_bounds;
     eo.warm_only_rows = settings.warm_rows;
     eo.cache_hints = settings.cache_hints >= 0 ? settings.cache_hints == 1 : kernel.max_input_lag >= kCacheHintMinLag;
+    if (settings.window_scan == 1 || (settings.window_scan == -1 && kernel.max_input_lag >= kWindowScanMinLag)) {
+        codegen::CudaEmitOptions scan = eo;
+        scan.window_scan = true;
+        if (codegen::cuda_window_scan_smem(kernel, scan) > 0) return scan;
+    }
     if (settings.stages >= 2) {
         codegen::CudaEmitOptions staged = eo;
         staged.async_stages = settings.stages;
@@ -125,6 +131,7 @@ CudaCompiled compile_cuda_kernel(const ir::Kernel& kernel, DType dtype, const st
     const auto t0 = std::chrono::steady_clock::now();
     c.emitted = cuda_emit_options(kernel, dtype, settings, strides);
     c.smem_per_thread = codegen::cuda_shared_bytes_per_thread(kernel, c.emitted);
+    if (c.emitted.window_scan) c.block_smem = codegen::cuda_window_scan_smem(kernel, c.emitted);
     c.source = codegen::emit_cuda(kernel, c.emitted);
     c.emit_ms = ms_since(t0);
     c.dump_path = dump_source(fmt::format("{}-{:016x}", c.function, fnv1a64(c.key.data(), c.key.size())), c.source);
@@ -205,6 +212,8 @@ struct LoadedKernel {
     int registers = 0, local_bytes = 0;
     int block = 0, blocks_per_sm = 0;
     int smem_per_thread = 0;  // dynamic shared memory the kernel uses per thread (staged loads)
+    int block_smem = 0;       // window-scan kernels: dynamic shared memory per block (blocks of
+                              // codegen::kWindowScanThreads threads owning kWindowScanColumns columns)
 };
 
 // Where a kernel argument's panel comes from in a run: the program's inputs or outputs, or an
@@ -398,14 +407,16 @@ void CudaExecutable::update_shapes(std::int64_t rows, std::int64_t cols) {
         li.rows = rows;
         li.cols = cols;
         li.halo = kernels_[i].kernel.halo;
-        li.block = settings_.block ? settings_.block : lk.block;
-        li.blocks_per_sm = settings_.block ? std::max(1, lk.blocks_per_sm * lk.block / settings_.block) : lk.blocks_per_sm;
-        shape_smem_[i] = settings_.smem + li.block * lk.smem_per_thread;
+        const bool scan = lk.block_smem > 0;  // window scan: its block is fixed
+        li.block = settings_.block && !scan ? settings_.block : lk.block;
+        li.blocks_per_sm = settings_.block && !scan ? std::max(1, lk.blocks_per_sm * lk.block / settings_.block) : lk.blocks_per_sm;
+        li.cols_per_block = scan ? codegen::kWindowScanColumns : 0;
+        shape_smem_[i] = scan ? lk.block_smem : settings_.smem + li.block * lk.smem_per_thread;
         if (shape_smem_[i] > dev_.smem_optin)
             throw InputError(fmt::format("cuda: kernel {} with blocks of {} threads needs {} bytes of shared memory; "
                                          "the device allows {} (FJ_CUDA_BLOCK, FJ_CUDA_SMEM)",
                                          lk.function, li.block, shape_smem_[i], dev_.smem_optin));
-        if (settings_.smem > 0 || (settings_.block && lk.smem_per_thread > 0)) {
+        if (!scan && (settings_.smem > 0 || (settings_.block && lk.smem_per_thread > 0))) {
             if (shape_smem_[i] > 48 * 1024)
                 FJ_CU(cuFuncSetAttribute, lk.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shape_smem_[i]);
             FJ_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor, &li.blocks_per_sm, lk.fn, li.block,
@@ -495,9 +506,11 @@ std::string CudaExecutable::explain() const {
                                "SM){}\n",
                                fmt::join(k.fixed_strides, ", "), cache_source_name(k.fixed_source), k.fixed_ms,
                                k.fixed->registers, k.fixed->block, k.fixed->blocks_per_sm,
-                               k.fixed->smem_per_thread ? fmt::format(", loads staged in {} B of shared memory per thread",
-                                                                      k.fixed->smem_per_thread)
-                                                        : std::string());
+                               k.fixed->block_smem ? fmt::format(", window scan with {} B of shared memory per block",
+                                                                 k.fixed->block_smem)
+                               : k.fixed->smem_per_thread ? fmt::format(", loads staged in {} B of shared memory per thread",
+                                                                        k.fixed->smem_per_thread)
+                                                          : std::string());
         if (shape_rows_ >= 0) {
             const LaunchShape& s = shapes_[i];
             out += fmt::format("    last launch: {} x {}: grid {} x {}, block {}, {} tile(s) of {} rows\n", shape_rows_,
@@ -518,7 +531,8 @@ public:
     std::unique_ptr<Executable> prepare(const codegen::Plan& plan, DType dtype, const CompileOptions& options) override;
 
 private:
-    std::shared_ptr<const LoadedKernel> load(const std::string& key, const CacheEntry& e, int smem_per_thread = 0);
+    std::shared_ptr<const LoadedKernel> load(const std::string& key, const CacheEntry& e, int smem_per_thread = 0,
+                                             int block_smem = 0);
 
     const Device& dev_;
     NvrtcTarget target_;
@@ -526,17 +540,28 @@ private:
     std::map<std::string, std::shared_ptr<const LoadedKernel>> loaded_;
 };
 
-std::shared_ptr<const LoadedKernel> CudaBackend::load(const std::string& key, const CacheEntry& e, int smem_per_thread) {
+std::shared_ptr<const LoadedKernel> CudaBackend::load(const std::string& key, const CacheEntry& e, int smem_per_thread,
+                                                      int block_smem) {
     auto lk = std::make_shared<LoadedKernel>();
     lk->key = key;
     lk->function = e.function;
     lk->smem_per_thread = smem_per_thread;
+    lk->block_smem = block_smem;
     FJ_CU(cuModuleLoadData, &lk->module, e.image.data());
     try {
         FJ_CU(cuModuleGetFunction, &lk->fn, lk->module, e.function.c_str());
         FJ_CU(cuFuncGetAttribute, &lk->registers, CU_FUNC_ATTRIBUTE_NUM_REGS, lk->fn);
         FJ_CU(cuFuncGetAttribute, &lk->local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, lk->fn);
-        if (smem_per_thread == 0) {
+        if (block_smem > 0) {
+            if (block_smem > dev_.smem_optin)
+                throw BackendError(fmt::format("cuda: window-scan kernel {} needs {} bytes of shared memory per block; "
+                                               "the device allows {} (FJ_CUDA_WINDOW_SCAN=0 runs the column scan)",
+                                               e.function, block_smem, dev_.smem_optin));
+            FJ_CU(cuFuncSetAttribute, lk->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, block_smem);
+            lk->block = codegen::kWindowScanThreads;
+            FJ_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor, &lk->blocks_per_sm, lk->fn, lk->block,
+                  static_cast<std::size_t>(block_smem));
+        } else if (smem_per_thread == 0) {
             int min_grid = 0, block = 0;
             FJ_CU(cuOccupancyMaxPotentialBlockSize, &min_grid, &block, lk->fn, nullptr, std::size_t{0}, 0);
             lk->block = std::max(32, block);
@@ -633,8 +658,10 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
         std::lock_guard<std::mutex> lock(mutex_);
         auto it = loaded_.find(key);
         if (it == loaded_.end()) {
-            const int spt = codegen::cuda_shared_bytes_per_thread(k, cuda_emit_options(k, dtype, settings, strides));
-            it = loaded_.emplace(key, load(key, *r.entry, spt)).first;
+            const codegen::CudaEmitOptions eo = cuda_emit_options(k, dtype, settings, strides);
+            const int spt = codegen::cuda_shared_bytes_per_thread(k, eo);
+            const int block_smem = eo.window_scan ? codegen::cuda_window_scan_smem(k, eo) : 0;
+            it = loaded_.emplace(key, load(key, *r.entry, spt, block_smem)).first;
         }
         return it->second;
     };

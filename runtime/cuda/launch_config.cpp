@@ -30,8 +30,8 @@ LaunchShape choose_launch(const LaunchInput& in) {
     LaunchShape s;
     if (in.rows <= 0 || in.cols <= 0) return s;
     const int full = std::max(32, in.block);
-    s.block = static_cast<int>(std::min<std::int64_t>(full, ceil_div(in.cols, 32) * 32));
-    s.grid_x = ceil_div(in.cols, s.block);
+    s.block = in.cols_per_block > 0 ? full : static_cast<int>(std::min<std::int64_t>(full, ceil_div(in.cols, 32) * 32));
+    s.grid_x = ceil_div(in.cols, in.cols_per_block > 0 ? in.cols_per_block : s.block);
     // Smaller blocks than the occupancy size: about as many more of them fit (registers bound them).
     const std::int64_t per_sm = std::clamp<std::int64_t>(
         static_cast<std::int64_t>(std::max(1, in.blocks_per_sm)) * full / s.block, 1, 32);

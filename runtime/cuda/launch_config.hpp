@@ -32,6 +32,7 @@ struct LaunchInput {
     std::int64_t rows = 0, cols = 0;
     int halo = 0;
     int block = 256;           // from cuOccupancyMaxPotentialBlockSize
+    int cols_per_block = 0;    // columns a block owns (0: one per thread; window-scan kernels: fixed block)
     int blocks_per_sm = 1;     // resident blocks of that size per SM
     int sm_count = 1;
     int max_grid_x = 2147483647;

@@ -1,0 +1,1411 @@
+// The CUDA emitter's analyses and instruction emission, shared by the column-scan kernel
+// (cuda_emit.cpp) and the window-scan kernel (cuda_scan_emit.cpp). Internal to codegen/: the public
+// interface is codegen/cuda_emit.hpp.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "codegen/cuda_emit.hpp"
+#include "dsl/error.hpp"
+
+namespace fj::codegen::detail {
+
+using ir::Inst;
+using ir::Prim;
+using ir::Type;
+
+// An f64 literal that reads back to the same bits: %.17g for finite values, bit patterns otherwise.
+inline std::string lit(double v) {
+    if (std::isfinite(v)) {
+        std::string s = fmt::format("{:.17g}", v);
+        if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+        return s;
+    }
+    std::uint64_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    return fmt::format("__longlong_as_double(0x{:016x}LL)", bits);
+}
+
+// A float literal with the exact bits of (float)v.
+inline std::string flit(double v) {
+    const float f = static_cast<float>(v);
+    std::uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    return fmt::format("__int_as_float(0x{:08x})", bits);
+}
+
+// Comment text must not end the comment or the line.
+inline std::string comment_safe(std::string s) {
+    for (char& c : s)
+        if (c == '\n' || c == '\r') c = ' ';
+    for (std::size_t p; (p = s.find("*/")) != std::string::npos;) s.replace(p, 2, "* /");
+    return s;
+}
+
+[[noreturn]] inline void bad_ir(const ir::Kernel& k, std::size_t i, const std::string& what) {
+    throw BackendError(fmt::format("CUDA emitter: kernel {}: instruction {} ({}): {}", k.name, i,
+                                   ir::prim_name(k.body[i].op), what));
+}
+
+struct RingInfo {
+    int size = 1;
+    bool in_regs = false;  // shift register, indexed only by constants (dynamic reads become selects)
+};
+
+class Emitter {
+public:
+    Emitter(const ir::Kernel& k, const CudaEmitOptions& o) : k_(k), o_(o) {
+        U_ = std::clamp(o.unroll, 1, 16);
+        T_ = o.dtype == DType::F32 ? "float" : "double";
+        name_ = cuda_kernel_name(k);
+        check();
+    }
+
+    std::string run() {
+        header();
+        kernel();
+        return std::move(s_);
+    }
+
+    int shared_bytes_per_thread() const {
+        return stage_stride_ * static_cast<int>(o_.dtype == DType::F32 ? sizeof(float) : sizeof(double));
+    }
+
+private:
+    const ir::Kernel& k_;
+    const CudaEmitOptions& o_;
+    int U_ = 1;
+    const char* T_ = "float";
+    std::string name_;
+    std::string s_;
+    std::vector<RingInfo> rings_;
+    std::set<std::pair<int, int>> loads_;  // (input slot, lag) pairs read by the body
+    bool guarded_ = false;                 // emitting the pass's first rows (see kernel())
+    bool tail_ = false;                    // emitting the pass's last, partial batch (see kernel())
+    bool no_stores_ = false;               // emitting rows before out_begin only: outputs not stored
+    // Bodies of more than kBigBody live instructions (many fused outputs) keep the code shape of codegen
+    // v5: with the guarded warm-up batches or fj_rsqrt, two such kernels (every operator in one program,
+    // float32, fixed leading dimensions) stored wrong comparison results on the H200 when ptxas optimised
+    // at -O2 or -O3, and right ones at -O1, while the same source run on the host was right (bench/
+    // RESULTS.md, 2026-11-29). Until that is understood, only the small bodies the benchmarks need get them.
+    static constexpr std::size_t kBigBody = 300;
+    bool big_body_ = false;
+    bool fast_rsqrt_ = false;              // float32 RSqrt as fj_rsqrt (see header())
+    bool hints_ = false;                   // L2 eviction hints in the batched loop (CudaEmitOptions::cache_hints)
+    bool stream_stores_ = false;           // while emitting it: outputs stored with st.global.cs
+    std::vector<bool> live_;               // instructions whose value an effect needs
+    // Integer-valued values (counts, row numbers, 0/1 flags as numbers), kept in 64-bit integers: their
+    // arithmetic and comparisons then run on the integer pipes instead of the float64 one, with the same
+    // results (every such value is an integer below 2^53 in magnitude, where float64 is exact too).
+    std::vector<bool> is_int_;             // instruction computed as `long long iv<i>`
+    std::vector<bool> need_double_;        // ... whose float64 value is read too (`v<i>` = (double)iv<i>)
+    std::vector<bool> int_state_;          // state kept as `long long s<k>`
+    std::vector<bool> int32_, int32_state_;  // ... as `int` (bounded below 2^31)
+    // Run counters (run_counters()): state -> its select `c ? 0 : s + 1`, or -1; and back.
+    std::vector<std::int32_t> counter_select_;
+    std::vector<std::int32_t> counter_state_;  // instruction -> the state whose select it is, or -1
+    std::vector<bool> counter_part_;      // the counter's load and `+ 1`, not emitted
+    // Float32 panels: values that are exactly float32 numbers (inputs, float-exact constants, their
+    // abs/neg, selects of such, states only ever holding such), see float_values().
+    std::vector<bool> fexact_;             // value is a float32 number (or NaN)
+    std::vector<bool> fmat_;               // ... computed as `const float fv<i>` (state loads, selects)
+    std::vector<bool> float_state_;        // state kept as `float s<k>`
+    std::vector<bool> state_fexact_;       // state only ever holds float32 numbers (or NaN)
+    std::vector<bool> narrow_;             // computed in float32 from rounded operands (see narrow_values())
+    // Sticky states: NaN until a row sets them, then fixed for the pass (the shift of window sums).
+    // The pass's first rows run until every live one is set and finite; the batched loops after them
+    // treat each as a loop invariant (see sticky_states()).
+    std::vector<bool> sticky_state_;
+    std::vector<int> sticky_of_;           // instruction -> its sticky state: the setting select, or the
+                                           // NaN test of the state; -1 for other instructions
+    std::vector<bool> live_sticky_;        // sticky states whose setting select is emitted
+    std::vector<bool> reads_state_;        // value depends on a state
+    // Loads (input, row offset within a batch) whose row, when it lies before the pass, no result reads
+    // (see pass_only_loads()): the batches before out_begin skip them there instead of reading the panel.
+    std::set<std::pair<int, int>> pass_only_;
+    // The batched loop's loads through shared memory (CudaEmitOptions::async_stages), see async_plan().
+    int stages_ = 0;                       // 0: register prefetch instead
+    std::vector<std::pair<int, int>> staged_;  // (input, row offset in a batch), in stage order
+    int stage_stride_ = 0;                 // elements of shared memory per thread
+    // (input, lag) -> whether every load of it is pass-only (see pass_only_loads()).
+    std::map<std::pair<int, int>, bool> pass_only_lag_;
+
+    // ---- The window-scan kernel (cuda_scan_emit.cpp; see emit_cuda_window_scan()) ----
+public:
+    // The whole translation unit of the window-scan kernel; throws BackendError when the kernel cannot
+    // be one (scan_plan() says why).
+    std::string run_scan();
+    // Dynamic shared memory per block of the window-scan kernel, or 0 with *why_not set when the kernel
+    // cannot run as one.
+    int scan_smem_bytes(std::string* why_not);
+
+private:
+    struct ScanSum { int state; std::int32_t root; };                       // s := s + (row terms)
+    struct ScanCounter { int state; std::int32_t select, cond; };           // s := c ? 0 : s + 1
+    struct ScanSticky { int state; std::int32_t select, cond, value; };     // s := isnan(s) && c ? v : s
+    struct ScanPrev { int state; int input, lag; };                         // s := input[t - lag]
+    struct ScanPlan {
+        bool ok = false;
+        std::string why_not;
+        std::vector<ScanSum> sums;
+        std::vector<ScanCounter> counters;
+        std::vector<ScanSticky> stickies;
+        std::vector<ScanPrev> prevs;
+        std::vector<bool> in_a, in_c, in_pre;  // emitted in the segment rows, the results, the sticky pre-scan
+        std::vector<bool> predef;              // values the results phase defines (sum, counter, sticky roots)
+        std::vector<int> ring_inputs;          // inputs kept in shared memory, in ring order
+        std::set<std::pair<int, int>> reads;   // (input, lag) read from the rings (previous values: lag + 1)
+        int reach = 0;                         // rows back the rows read reach (RowInPass included)
+        int ring_rows = 0;
+        int smem_bytes = 0;
+    };
+    ScanPlan scan_;
+    bool scan_mode_ = false;  // emitting the window-scan kernel: stores also test the lane and row_end
+    void scan_plan();
+    void scan_prescan(int ind);
+    void scan_loader(int ind);
+    void scan_batch(int ind, bool guarded);
+    void scan_row_loads(int ind, int i, const std::vector<bool>& phase);
+    void scan_prev_values(int ind, int i);
+    void scan_predefine(int ind, std::int32_t i, const std::string& expr);
+    void scan_sticky_values(int ind, int i, bool guarded, const std::vector<bool>& phase);
+
+    template <class... A>
+    void line(int indent, fmt::format_string<A...> f, A&&... a) {
+        s_.append(static_cast<std::size_t>(indent) * 2, ' ');
+        s_ += fmt::format(f, std::forward<A>(a)...);
+        s_ += '\n';
+    }
+
+    // Operand checks: indices point backwards (SSA) at values of the expected type.
+    void operand(std::size_t i, std::int32_t x, Type want) const {
+        if (x < 0 || static_cast<std::size_t>(x) >= i) bad_ir(k_, i, fmt::format("operand {} out of range", x));
+        if (k_.body[x].type != want)
+            bad_ir(k_, i, fmt::format("operand {} has the wrong type", x));
+    }
+
+    void check() {
+        rings_.resize(k_.rings.size());
+        for (std::size_t r = 0; r < k_.rings.size(); ++r) {
+            if (k_.rings[r].size < 1) throw BackendError(fmt::format("CUDA emitter: kernel {}: ring {} size {}", k_.name, r, k_.rings[r].size));
+            rings_[r].size = k_.rings[r].size;
+        }
+        auto slot = [&](std::size_t i, std::size_t n, const char* what) {
+            const Inst& in = k_.body[i];
+            if (in.slot < 0 || static_cast<std::size_t>(in.slot) >= n)
+                bad_ir(k_, i, fmt::format("{} slot {} out of range", what, in.slot));
+        };
+        for (std::size_t i = 0; i < k_.body.size(); ++i) {
+            const Inst& in = k_.body[i];
+            switch (in.op) {
+            case Prim::Const:
+            case Prim::RowIndex:
+                break;
+            case Prim::Input:
+                slot(i, k_.inputs.size(), "input");
+                if (in.lag < 0) bad_ir(k_, i, "negative lag");
+                break;
+            case Prim::RowInPass:
+                if (in.lag < 0) bad_ir(k_, i, "negative lag");
+                break;
+            case Prim::LoadState:
+                slot(i, k_.states.size(), "state");
+                break;
+            case Prim::StoreState:
+                slot(i, k_.states.size(), "state");
+                operand(i, in.a, Type::F64);
+                break;
+            case Prim::RingRead:
+                slot(i, k_.rings.size(), "ring");
+                if (in.lag < 0 || in.lag >= rings_[in.slot].size) bad_ir(k_, i, "lag outside the ring");
+                break;
+            case Prim::RingPush:
+                slot(i, k_.rings.size(), "ring");
+                operand(i, in.a, Type::F64);
+                break;
+            case Prim::Output:
+                slot(i, k_.outputs.size(), "output");
+                operand(i, in.a, Type::F64);
+                break;
+            case Prim::Add: case Prim::Sub: case Prim::Mul: case Prim::Div: case Prim::Pow:
+            case Prim::Min: case Prim::Max:
+            case Prim::CmpLT: case Prim::CmpLE: case Prim::CmpGT: case Prim::CmpGE: case Prim::CmpEQ:
+            case Prim::CmpONE: case Prim::CmpUNE:
+                operand(i, in.a, Type::F64);
+                operand(i, in.b, Type::F64);
+                break;
+            case Prim::Neg: case Prim::Abs: case Prim::Sqrt: case Prim::Exp: case Prim::Log:
+            case Prim::Floor: case Prim::Recip: case Prim::RSqrt: case Prim::IsNaN:
+                operand(i, in.a, Type::F64);
+                break;
+            case Prim::And: case Prim::Or:
+                operand(i, in.a, Type::Bool);
+                operand(i, in.b, Type::Bool);
+                break;
+            case Prim::Not: case Prim::BoolToF64:
+                operand(i, in.a, Type::Bool);
+                break;
+            case Prim::Fma:
+                operand(i, in.a, Type::F64);
+                operand(i, in.b, Type::F64);
+                operand(i, in.c, Type::F64);
+                break;
+            case Prim::Select:
+                operand(i, in.a, Type::Bool);
+                operand(i, in.b, in.type);
+                operand(i, in.c, in.type);
+                break;
+            }
+        }
+        for (RingInfo& r : rings_) r.in_regs = r.size <= o_.reg_ring_max;
+        // Liveness: effects are live, and so is every operand of a live instruction. Dead values are not
+        // emitted (NVRTC would warn about each, and parse them for nothing).
+        live_.assign(k_.body.size(), false);
+        for (std::size_t i = k_.body.size(); i-- > 0;) {
+            const Inst& in = k_.body[i];
+            if (in.op == Prim::StoreState || in.op == Prim::RingPush || in.op == Prim::Output) live_[i] = true;
+            if (!live_[i]) continue;
+            for (std::int32_t o : {in.a, in.b, in.c})
+                if (o >= 0) live_[static_cast<std::size_t>(o)] = true;
+        }
+        std::size_t n_live = 0;
+        for (std::size_t i = 0; i < k_.body.size(); ++i) {
+            n_live += live_[i];
+            if (live_[i] && k_.body[i].op == Prim::Input) loads_.insert({k_.body[i].slot, k_.body[i].lag});
+        }
+        // Each row of a batch is a copy of the body: big bodies (many fused outputs) batch fewer rows, so
+        // NVRTC's time stays reasonable; they have many loads per row in flight anyway.
+        big_body_ = n_live > kBigBody && !o_.big_body_shapes;
+        if (n_live > 1500) U_ = 1;
+        else if (n_live > 600) U_ = std::min(U_, 2);
+        else if (n_live > kBigBody) U_ = std::min(U_, 4);
+        integer_values();
+        float_values();
+        narrow_values();
+        sticky_states();
+        run_counters();
+        pass_only_loads();
+        async_plan();
+        hints_ = o_.cache_hints && !o_.strides.empty();
+        fast_rsqrt_ = o_.dtype == DType::F32 && !big_body_ &&
+                      std::any_of(k_.body.begin(), k_.body.end(), [&](const Inst& x) {
+                          return x.op == Prim::RSqrt && live_[static_cast<std::size_t>(&x - k_.body.data())];
+                      });
+    }
+
+    // A window's leaving value is read only where RowInPass(d) holds (lower_ops.cpp): in a pass's first d
+    // rows it lies before the pass, and every use masks it. Where d is at least the halo, the batches
+    // before out_begin make that RowInPass false and NVRTC drops the loads; a shorter window under a
+    // longer halo (std(window(A, 5)) inside a 10-row mean: halo 13) would still read rows before the pass
+    // for nothing. An input load at lag L is pass-only when its value cannot change any effect while
+    // RowInPass(L) is false: every use is either fixed then (an And with a RowInPass(L' >= L), and Ands of
+    // such), the taken-when-true operand of a Select whose condition is, or a value of the same kind.
+    // Rows of a batch share a load where u - lag agree, so a batch's load at offset u - lag is skipped only
+    // if all its readers allow it.
+    void pass_only_loads() {
+        const std::size_t n = k_.body.size();
+        std::vector<std::vector<std::size_t>> users(n);
+        for (std::size_t i = 0; i < n; ++i)
+            if (live_[i])
+                for (std::int32_t o : {k_.body[i].a, k_.body[i].b, k_.body[i].c})
+                    if (o >= 0) users[static_cast<std::size_t>(o)].push_back(i);
+        // L -> the values whose content no effect reads while RowInPass(L) is false (the same for every
+        // load at lag L), found from the last instruction up.
+        std::map<int, std::vector<bool>> unread_by_lag;
+        auto unread_while_out = [&](int L) -> const std::vector<bool>& {
+            auto [it, fresh] = unread_by_lag.try_emplace(L, n, false);
+            if (!fresh) return it->second;
+            std::vector<bool> off(n, false);  // Bool values false while RowInPass(L) is false
+            for (std::size_t k = 0; k < n; ++k) {
+                const Inst& y = k_.body[k];
+                off[k] = (y.op == Prim::RowInPass && y.lag >= L) ||
+                         (y.op == Prim::And && (off[static_cast<std::size_t>(y.a)] || off[static_cast<std::size_t>(y.b)]));
+            }
+            std::vector<bool>& unread = it->second;
+            for (std::size_t k = n; k-- > 0;) {
+                const Inst& y = k_.body[k];
+                if (!live_[k] || y.op == Prim::StoreState || y.op == Prim::RingPush || y.op == Prim::Output) continue;
+                const auto v = static_cast<std::int32_t>(k);
+                unread[k] = std::all_of(users[k].begin(), users[k].end(), [&](std::size_t u) {
+                    const Inst& z = k_.body[u];
+                    const bool masked = z.op == Prim::Select && off[static_cast<std::size_t>(z.a)] && z.b == v &&
+                                        z.a != v && z.c != v;
+                    return off[u] || masked || unread[u];
+                });
+            }
+            return unread;
+        };
+        std::map<std::pair<int, int>, bool>& by_lag = pass_only_lag_;  // (input, lag) -> every load of it is pass-only
+        for (std::size_t i = 0; i < n; ++i) {
+            const Inst& x = k_.body[i];
+            if (!live_[i] || x.op != Prim::Input) continue;
+            const bool ok = x.lag > 0 && unread_while_out(x.lag)[i];
+            auto [it, fresh] = by_lag.try_emplace({x.slot, x.lag}, ok);
+            if (!fresh) it->second = it->second && ok;
+        }
+        // Per batch row offset: every (row u, lag) that reads it must allow the skip.
+        std::map<std::pair<int, int>, bool> by_off;
+        for (int u = 0; u < U_; ++u)
+            for (const auto& [key, ok] : by_lag) {
+                auto [it, fresh] = by_off.try_emplace({key.first, u - key.second}, ok);
+                if (!fresh) it->second = it->second && ok;
+            }
+        for (const auto& [key, ok] : by_off)
+            if (ok) pass_only_.insert(key);
+    }
+
+    // Kernels with fixed leading dimensions can stage the batched loop's loads in shared memory with
+    // cp.async, `stages` batches deep. With loads into registers (a rolling prefetch), ptxas sinks the
+    // next batch's loads to the end of the loop, where the moves at the back edge wait for them: the
+    // whole memory latency once per batch (half the stall samples of corr w=20 on the H200). An async
+    // copy ties no register, so the copy of batch k + stages - 1 is in flight while batch k computes.
+    // (Measured slower than register loads for corr on the H200, 12.5 against 8.9 ms: an option.)
+    // Each thread owns a slice of stage_stride_ elements (odd, so a warp's accesses hit 32 different
+    // banks) and reads only what it copied: no barrier between threads.
+public:
+    static bool staging_requested(const CudaEmitOptions& o) { return !o.strides.empty() && o.async_stages >= 2; }
+
+private:
+    void async_plan() {
+        if (!staging_requested(o_) || U_ < 2 || loads_.empty()) return;
+        std::set<std::pair<int, int>> seen;
+        for (int u = 0; u < U_; ++u)
+            for (const auto& [slot, lag] : loads_)
+                if (seen.insert({slot, u - lag}).second) staged_.push_back({slot, u - lag});
+        const int stride = (o_.async_stages * static_cast<int>(staged_.size())) | 1;
+        const int bytes = stride * static_cast<int>(o_.dtype == DType::F32 ? sizeof(float) : sizeof(double));
+        if (bytes > kCudaMaxStageBytesPerThread) {  // too few threads would fit an SM: registers instead
+            staged_.clear();
+            return;
+        }
+        stages_ = o_.async_stages;
+        stage_stride_ = stride;
+    }
+
+    // Float32 panels: selects, mins and maxes whose results only reach outputs (through more of the
+    // same) can run on values already rounded to float32: rounding is monotonic and keeps NaN, so
+    // rounding first gives the same float as rounding the float64 result (the clamp of corr to [-1, 1],
+    // the NaN of an incomplete window). One conversion, then float32 selects and FMNMX, instead of
+    // float64 compares and selects of register pairs.
+    void narrow_values() {
+        const std::size_t n = k_.body.size();
+        narrow_.assign(n, false);
+        if (o_.dtype != DType::F32) return;
+        std::vector<std::vector<std::size_t>> uses(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            if (!live_[i]) continue;
+            const Inst& x = k_.body[i];
+            for (std::int32_t o : {x.a, x.b, x.c})
+                if (o >= 0) uses[static_cast<std::size_t>(o)].push_back(i);
+        }
+        for (std::size_t i = n; i-- > 0;) {
+            const Inst& x = k_.body[i];
+            if (!live_[i] || is_int_[i] || fmat_[i] || x.type != Type::F64) continue;
+            if (x.op != Prim::Select && x.op != Prim::Min && x.op != Prim::Max) continue;
+            bool ok = !uses[i].empty();
+            for (std::size_t u : uses[i]) {
+                const Inst& y = k_.body[u];
+                ok = ok && (y.op == Prim::Output || y.op == Prim::IsNaN || (narrow_[u] && (y.op != Prim::Select || y.a != static_cast<std::int32_t>(i))));
+            }
+            narrow_[i] = ok;
+        }
+        for (std::size_t i = 0; i < n; ++i)
+            if (narrow_[i]) fmat_[i] = true;
+    }
+
+    // Operand o as a float32 expression: its float form, else its float64 value rounded.
+    std::string rounded(std::int32_t o, int u) const {
+        const std::string f = float_exact(o, u);
+        return f.empty() ? fmt::format("(float)v{}", o) : f;
+    }
+
+    // A state with init NaN whose one store is `isnan(s) && c ? x : s`.
+    void sticky_states() {
+        const std::size_t n = k_.body.size();
+        sticky_state_.assign(k_.states.size(), false);
+        sticky_of_.assign(n, -1);
+        std::vector<int> stores(k_.states.size(), 0);
+        for (const Inst& x : k_.body)
+            if (x.op == Prim::StoreState) ++stores[x.slot];
+        auto load_of = [&](std::int32_t o, int st) {
+            return o >= 0 && k_.body[o].op == Prim::LoadState && k_.body[o].slot == st;
+        };
+        for (std::size_t i = 0; i < n; ++i) {
+            const Inst& x = k_.body[i];
+            if (x.op != Prim::StoreState || stores[x.slot] != 1 || !std::isnan(k_.states[x.slot].init)) continue;
+            if (int_state_[x.slot]) continue;
+            const int st = x.slot;
+            const Inst& sel = k_.body[x.a];
+            if (sel.op != Prim::Select || !load_of(sel.c, st)) continue;
+            const Inst& c = k_.body[sel.a];
+            if (c.op != Prim::And) continue;
+            std::int32_t test = -1;
+            for (std::int32_t o : {c.a, c.b})
+                if (k_.body[o].op == Prim::IsNaN && load_of(k_.body[o].a, st)) test = o;
+            if (test < 0) continue;
+            sticky_state_[st] = true;
+            sticky_of_[static_cast<std::size_t>(x.a)] = st;
+            sticky_of_[static_cast<std::size_t>(test)] = st;
+        }
+        live_sticky_.assign(k_.states.size(), false);
+        for (std::size_t i = 0; i < n; ++i)
+            if (live_[i] && k_.body[i].op == Prim::Select && sticky_of_[i] >= 0) live_sticky_[sticky_of_[i]] = true;
+    }
+
+    // Run counters: int32 states whose one store is `c ? 0 : s + 1` (rows since a change, since an
+    // invalid value), read only by that `+ 1`. In a batch they are kept as q = s - (u + 1) after row u,
+    // which a reset sets to the constant -(u + 1) and every other row leaves alone; `s` after row u is
+    // q + u + 1, so a comparison of it with a constant becomes one of q with another constant; advance()
+    // adds the batch's rows back. That saves the add per row and counter (corr: two of them).
+    // Not in big bodies, which keep the codegen v5 shapes.
+    void run_counters() {
+        counter_select_.assign(k_.states.size(), -1);
+        counter_state_.assign(k_.body.size(), -1);
+        counter_part_.assign(k_.body.size(), false);
+        if (big_body_) return;
+        auto is_const = [&](std::int32_t o, double c) {
+            return o >= 0 && k_.body[static_cast<std::size_t>(o)].op == Prim::Const &&
+                   k_.body[static_cast<std::size_t>(o)].imm == c && is_int(o);
+        };
+        std::vector<int> uses(k_.body.size(), 0), stores(k_.states.size(), 0);
+        for (std::size_t i = 0; i < k_.body.size(); ++i) {
+            if (!live_[i]) continue;
+            const Inst& x = k_.body[i];
+            for (std::int32_t o : {x.a, x.b, x.c})
+                if (o >= 0) ++uses[static_cast<std::size_t>(o)];
+            if (x.op == Prim::StoreState) ++stores[static_cast<std::size_t>(x.slot)];
+        }
+        for (std::size_t i = 0; i < k_.body.size(); ++i) {
+            const Inst& st = k_.body[i];
+            if (!live_[i] || st.op != Prim::StoreState || !int32_state_[st.slot] || stores[st.slot] != 1) continue;
+            const Inst& sel = k_.body[static_cast<std::size_t>(st.a)];
+            if (sel.op != Prim::Select || !is_int(st.a) || !is_const(sel.b, 0.0) || sel.c < 0) continue;
+            const Inst& add = k_.body[static_cast<std::size_t>(sel.c)];
+            if (add.op != Prim::Add || uses[static_cast<std::size_t>(sel.c)] != 1) continue;
+            const std::int32_t load = is_const(add.a, 1.0) ? add.b : is_const(add.b, 1.0) ? add.a : -1;
+            if (load < 0 || k_.body[static_cast<std::size_t>(load)].op != Prim::LoadState ||
+                k_.body[static_cast<std::size_t>(load)].slot != st.slot || uses[static_cast<std::size_t>(load)] != 1)
+                continue;
+            // Every other load of the state would see q instead of s.
+            bool other_loads = false;
+            for (std::size_t j = 0; j < k_.body.size(); ++j)
+                other_loads |= live_[j] && j != static_cast<std::size_t>(load) && k_.body[j].op == Prim::LoadState &&
+                               k_.body[j].slot == st.slot;
+            if (other_loads) continue;
+            counter_select_[static_cast<std::size_t>(st.slot)] = st.a;
+            counter_state_[static_cast<std::size_t>(st.a)] = st.slot;
+            counter_part_[static_cast<std::size_t>(load)] = counter_part_[static_cast<std::size_t>(sel.c)] = true;
+        }
+    }
+
+    // The sticky state whose value instruction i is (its load or its setting select), or -1.
+    int sticky_value(std::int32_t i) const {
+        const Inst& x = k_.body[static_cast<std::size_t>(i)];
+        if (x.op == Prim::LoadState) return sticky_state_[x.slot] ? x.slot : -1;
+        if (x.op == Prim::Select) return sticky_of_[static_cast<std::size_t>(i)];
+        return -1;
+    }
+
+    static bool float_repr(double v) {
+        return std::isnan(v) || static_cast<double>(static_cast<float>(v)) == v;
+    }
+
+    // Which float32-exact values live in float registers (float32 panels only). A state that only
+    // holds input values (the previous row's value of a constancy tracker) is kept as a float when no
+    // one needs it as a double, and so is a select of float32 values: their moves, selects and
+    // comparisons then cost float32 instructions and no conversions. Anything that needs the float64
+    // value keeps the float64 form (a conversion per row would cost more than it saves).
+    void float_values() {
+        const std::size_t n = k_.body.size();
+        fexact_.assign(n, false);
+        fmat_.assign(n, false);
+        float_state_.assign(k_.states.size(), false);
+        state_fexact_.assign(k_.states.size(), false);
+        if (o_.dtype != DType::F32) return;
+        for (std::size_t st = 0; st < k_.states.size(); ++st)
+            float_state_[st] = !int_state_[st] && float_repr(k_.states[st].init);
+        // Whether value i is a float32 number, given its operands' answers `e` and the states' (in order).
+        auto exact = [&](std::size_t i, const std::vector<bool>& e) {
+            const Inst& x = k_.body[i];
+            if (x.type != Type::F64 || is_int_[i]) return false;
+            switch (x.op) {
+            case Prim::Input: return true;
+            case Prim::Const: return float_repr(x.imm);
+            case Prim::Abs: case Prim::Neg: return static_cast<bool>(e[x.a]);
+            case Prim::Select: return e[x.b] && e[x.c];
+            case Prim::LoadState: return static_cast<bool>(float_state_[x.slot]);
+            default: return false;
+            }
+        };
+        // Which states only ever hold float32 numbers: every store is one, given the others.
+        for (bool changed = true; changed;) {
+            changed = false;
+            std::vector<bool> e(n, false);
+            for (std::size_t i = 0; i < n; ++i) {
+                const Inst& x = k_.body[i];
+                e[i] = exact(i, e);
+                if (x.op == Prim::StoreState && float_state_[x.slot] && !e[x.a]) {
+                    float_state_[x.slot] = false;
+                    changed = true;
+                }
+            }
+        }
+        state_fexact_ = float_state_;
+        std::vector<bool> no_fmat(n, false);  // selects that must stay double
+        for (bool changed = true; changed;) {
+            changed = false;
+            for (std::size_t i = 0; i < n; ++i) {
+                const Inst& x = k_.body[i];
+                const bool e = exact(i, fexact_);
+                fexact_[i] = e;
+                fmat_[i] = e && live_[i] &&
+                           (x.op == Prim::LoadState ||
+                            (x.op == Prim::Select && !no_fmat[i] && float_available(x.b) && float_available(x.c)));
+            }
+            std::vector<bool> needd(n, false);
+            for (std::size_t i = 0; i < n; ++i) {
+                if (!live_[i]) continue;
+                const Inst& x = k_.body[i];
+                for (std::int32_t o : {x.a, x.b, x.c})
+                    if (o >= 0 && fmat_[static_cast<std::size_t>(o)] && !float_use(i, o)) needd[static_cast<std::size_t>(o)] = true;
+                // A float state's stores must be float values.
+                if (x.op == Prim::StoreState && float_state_[x.slot] && !float_available(x.a)) {
+                    float_state_[x.slot] = false;
+                    changed = true;
+                }
+            }
+            for (std::size_t i = 0; i < n; ++i) {
+                if (!fmat_[i] || !needd[i]) continue;
+                const Inst& x = k_.body[i];
+                if (x.op == Prim::LoadState) float_state_[x.slot] = false;
+                else no_fmat[i] = true;
+                changed = true;
+            }
+        }
+    }
+
+    // A float expression for value i exists (see float_exact()).
+    bool float_available(std::int32_t i) const {
+        if (i >= 0 && !narrow_.empty() && narrow_[static_cast<std::size_t>(i)]) return true;
+        if (i < 0 || !fexact_[static_cast<std::size_t>(i)]) return false;
+        const Inst& x = k_.body[static_cast<std::size_t>(i)];
+        switch (x.op) {
+        case Prim::Input: case Prim::Const: return true;
+        case Prim::Abs: case Prim::Neg: return float_available(x.a);
+        default: return fmat_[static_cast<std::size_t>(i)];
+        }
+    }
+
+    // Whether instruction i can use operand o's float form instead of its float64 value.
+    bool float_use(std::size_t i, std::int32_t o) const {
+        const Inst& x = k_.body[i];
+        if (is_compare(x.op))
+            return float_available(x.a) && float_available(x.b) &&
+                   !(k_.body[x.a].op == Prim::Const && k_.body[x.b].op == Prim::Const);
+        switch (x.op) {
+        case Prim::IsNaN: case Prim::Output: return true;
+        case Prim::StoreState: return float_state_[x.slot];
+        case Prim::Select: return fmat_[i] && o != x.a;
+        default: return false;
+        }
+    }
+
+    // Which values are integers of bounded magnitude. A value qualifies when its bound (largest possible
+    // magnitude) is known and below 2^52: integral constants, 0/1 from booleans, row numbers (below 2^40
+    // rows), sums, differences and selects of those, and states that only ever count: every store is the
+    // state plus or minus a bounded integer (so a state moves by at most that much per row), or a bounded
+    // integer. A state's bound is its init plus 2^41 times its largest step. The fixpoint starts from
+    // every state with an integral init and drops those with any other store.
+    void integer_values() {
+        const std::size_t n = k_.body.size();
+        constexpr double kLimit = 4503599627370496.0;  // 2^52
+        constexpr double kRows = 1099511627776.0;      // 2^40
+        std::vector<double> bound(n, -1);              // -1: not an integer value
+        // States live for one pass: at most kCudaMaxTileRows output rows after the halo's warm-up rows.
+        const double pass_rows = static_cast<double>(kCudaMaxTileRows) + std::max(0, k_.halo);
+        reads_state_.assign(n, false);
+        for (std::size_t i = 0; i < n; ++i) {
+            const Inst& x = k_.body[i];
+            bool r = x.op == Prim::LoadState;
+            for (std::int32_t o : {x.a, x.b, x.c})
+                if (o >= 0) r = r || reads_state_[static_cast<std::size_t>(o)];
+            reads_state_[i] = r;
+        }
+        std::vector<double> state_bound(k_.states.size(), -1);
+        int_state_.assign(k_.states.size(), false);
+        for (std::size_t st = 0; st < k_.states.size(); ++st) {
+            const double init = k_.states[st].init;
+            int_state_[st] = std::isfinite(init) && std::floor(init) == init && std::fabs(init) < kLimit;
+        }
+        auto compute = [&] {
+            for (std::size_t i = 0; i < n; ++i) {
+                const Inst& x = k_.body[i];
+                auto b = [&](std::int32_t o) { return bound[static_cast<std::size_t>(o)]; };
+                double r = -1;
+                if (x.type == Type::F64) switch (x.op) {
+                    case Prim::Const:
+                        if (std::isfinite(x.imm) && std::floor(x.imm) == x.imm && std::fabs(x.imm) < kLimit) r = std::fabs(x.imm);
+                        break;
+                    case Prim::BoolToF64: r = 1; break;
+                    case Prim::RowIndex: r = kRows; break;
+                    case Prim::LoadState: r = int_state_[x.slot] ? state_bound[x.slot] : -1; break;
+                    case Prim::Neg: r = b(x.a); break;
+                    case Prim::Add: case Prim::Sub:
+                        if (b(x.a) >= 0 && b(x.b) >= 0) r = b(x.a) + b(x.b);
+                        break;
+                    case Prim::Select:
+                        if (b(x.b) >= 0 && b(x.c) >= 0) r = std::max(b(x.b), b(x.c));
+                        break;
+                    default: break;
+                    }
+                bound[i] = r >= 0 && r < kLimit ? r : -1;
+            }
+        };
+        for (bool changed = true; changed;) {
+            changed = false;
+            // Bounds of states from their steps, with the current guesses (a state's own load counts 0).
+            for (std::size_t st = 0; st < k_.states.size(); ++st)
+                if (int_state_[st]) state_bound[st] = 0;
+            compute();
+            std::vector<double> step(k_.states.size(), 0);
+            for (std::size_t i = 0; i < n; ++i) {
+                const Inst& x = k_.body[i];
+                if (x.op != Prim::StoreState || !int_state_[x.slot]) continue;
+                const Inst& v = k_.body[static_cast<std::size_t>(x.a)];
+                auto own = [&](std::int32_t o) {
+                    const Inst& l = k_.body[static_cast<std::size_t>(o)];
+                    return l.op == Prim::LoadState && l.slot == x.slot;
+                };
+                auto no_state = [&](std::int32_t o) { return bound[static_cast<std::size_t>(o)] >= 0 && !reads_state(o); };
+                // How far one store can move the state: 0 for itself, the bound of what it adds, the bound
+                // of a value it is reset to; a select moves it as far as its farther branch.
+                std::function<double(std::int32_t)> step_of = [&](std::int32_t o) -> double {
+                    const Inst& e = k_.body[static_cast<std::size_t>(o)];
+                    if (own(o)) return 0;
+                    if ((e.op == Prim::Add || e.op == Prim::Sub) && own(e.a) && no_state(e.b)) return bound[e.b];
+                    if (e.op == Prim::Add && own(e.b) && no_state(e.a)) return bound[e.a];
+                    if (e.op == Prim::Select && e.type == Type::F64) {
+                        const double a = step_of(e.b), c = step_of(e.c);
+                        return a >= 0 && c >= 0 ? std::max(a, c) : -1;
+                    }
+                    if (no_state(o)) return bound[o];  // a reset to a bounded value
+                    return -1;
+                };
+                (void)v;
+                const double d = step_of(x.a);
+                if (d < 0) {
+                    int_state_[x.slot] = false;
+                    changed = true;
+                } else {
+                    step[x.slot] = std::max(step[x.slot], d);
+                }
+            }
+            if (changed) continue;
+            for (std::size_t st = 0; st < k_.states.size(); ++st) {
+                if (!int_state_[st]) continue;
+                const double sb = std::fabs(k_.states[st].init) + pass_rows * step[st];
+                if (!(sb < kLimit)) {
+                    int_state_[st] = false;
+                    changed = true;
+                }
+                state_bound[st] = sb;
+            }
+            if (!changed) compute();  // final bounds with the states' bounds
+        }
+        is_int_.assign(n, false);
+        need_double_.assign(n, false);
+        for (std::size_t i = 0; i < n; ++i) is_int_[i] = live_[i] && bound[i] >= 0;
+        // 32-bit where the bound allows: one instruction per add or compare instead of two.
+        constexpr double k2e31 = 2147483648.0;
+        int32_.assign(n, false);
+        for (std::size_t i = 0; i < n; ++i) int32_[i] = is_int_[i] && bound[i] < k2e31;
+        int32_state_.assign(k_.states.size(), false);
+        for (std::size_t st = 0; st < k_.states.size(); ++st)
+            int32_state_[st] = int_state_[st] && state_bound[st] < k2e31;
+        // Whose float64 value is needed: any live use other than integer arithmetic, integer compares
+        // and stores into integer states.
+        for (std::size_t i = 0; i < n; ++i) {
+            if (!live_[i]) continue;
+            const Inst& x = k_.body[i];
+            const bool int_use = is_int_[i] || (is_compare(x.op) && is_int(x.a) && is_int(x.b)) ||
+                                 (x.op == Prim::StoreState && int_state_[x.slot]) || (x.op == Prim::IsNaN && is_int(x.a));
+            if (int_use) {
+                if (x.op == Prim::Select && is_int_[i]) continue;  // its condition is a Bool
+                continue;
+            }
+            for (std::int32_t o : {x.a, x.b, x.c})
+                if (o >= 0 && is_int_[static_cast<std::size_t>(o)]) need_double_[static_cast<std::size_t>(o)] = true;
+        }
+    }
+
+    static bool is_compare(Prim p) {
+        return p == Prim::CmpLT || p == Prim::CmpLE || p == Prim::CmpGT || p == Prim::CmpGE || p == Prim::CmpEQ ||
+               p == Prim::CmpONE || p == Prim::CmpUNE;
+    }
+    bool is_int(std::int32_t i) const { return i >= 0 && is_int_[static_cast<std::size_t>(i)]; }
+
+    // Whether value i depends on any state (directly or through its operands).
+    bool reads_state(std::int32_t i) const { return reads_state_[static_cast<std::size_t>(i)]; }
+
+    void header() {
+        line(0, "// Generated by factorjit (CUDA codegen v{}): {}, {}, halo {}, {} row(s) per load batch.",
+             kCudaCodegenVersion, name_, dtype_name(o_.dtype), k_.halo, U_);
+        for (std::size_t i = 0; i < k_.inputs.size(); ++i)
+            line(0, "//   in{} = {}", i, comment_safe(k_.inputs[i]));
+        for (std::size_t i = 0; i < k_.outputs.size(); ++i)
+            line(0, "//   out{} = {}", i, comment_safe(k_.outputs[i]));
+        line(0, "#define FJ_NAN __longlong_as_double(0x7ff8000000000000LL)");
+        line(0, "#ifndef FJ_PREFETCH_L2");
+        line(0, "#define FJ_PREFETCH_L2(a) asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"(a))");
+        line(0, "#define FJ_PREFETCH_L1(a) asm volatile(\"prefetch.global.L1 [%0];\" :: \"l\"(a))");
+        line(0, "#endif");
+        if (stages_ > 0) {
+            line(0, "#ifndef FJ_CP_ASYNC");
+            line(0, "#define FJ_SMEM_DECL extern __shared__ __align__(16) unsigned char fj_smem[]");
+            line(0, "#define FJ_CP_ASYNC(dst, src) asm volatile(\"cp.async.ca.shared.global [%0], [%1], %2;\" :: \"r\"(dst), \"l\"(src), \"n\"(sizeof(*(src))) : \"memory\")");
+            line(0, "#define FJ_CP_COMMIT() asm volatile(\"cp.async.commit_group;\" ::: \"memory\")");
+            line(0, "#define FJ_CP_WAIT(n) asm volatile(\"cp.async.wait_group %0;\" :: \"n\"(n) : \"memory\")");
+            line(0, "#define FJ_SHARED_ADDR(p) ((unsigned)__cvta_generic_to_shared(p))");
+            line(0, "#endif");
+        }
+        if (hints_) {
+            // (Macros, so that host tests can stand in for them.)
+            const char* ty = o_.dtype == DType::F32 ? "f32" : "f64";
+            const char* con = o_.dtype == DType::F32 ? "f" : "d";
+            line(0, "#ifndef FJ_LD_KEEP");
+            line(0, "#define FJ_POLICY_KEEP(pol) asm(\"createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\" : \"=l\"(pol))");
+            line(0, "#define FJ_LD_KEEP(v, a, pol) asm(\"ld.global.L2::cache_hint.{} %0, [%1], %2;\" : \"={}\"(v) : \"l\"(a), \"l\"(pol))",
+                 ty, con);
+            line(0, "#define FJ_LD_LAST(v, a) asm(\"ld.global.cs.{} %0, [%1];\" : \"={}\"(v) : \"l\"(a))", ty, con);
+            line(0, "#define FJ_ST_STREAM(a, v) asm volatile(\"st.global.cs.{} [%0], %1;\" :: \"l\"(a), \"{}\"(v))", ty, con);
+            line(0, "#endif");
+        }
+        if (fast_rsqrt_) {
+            // CUDA's rsqrt(double) is this estimate and cubic correction plus a range check that calls a
+            // slow path (subnormal, huge and special arguments): a branch and a convergence barrier per
+            // row, which also split the scheduler's view of an unrolled batch. Float32 kernels skip the
+            // check: the IR leaves subnormal arguments unspecified there (kernel_ir.hpp), and huge ones
+            // only lose a few bits in y * y.
+            // (One definition per translation unit; the estimate is a macro so that host tests can run it.)
+            line(0, "#ifndef FJ_RSQRT_DEFINED");
+            line(0, "#define FJ_RSQRT_DEFINED");
+            line(0, "#ifndef FJ_RSQRT_ESTIMATE");
+            line(0, "#define FJ_RSQRT_ESTIMATE(y, a) asm(\"rsqrt.approx.ftz.f64 %0, %1;\" : \"=d\"(y) : \"d\"(a))");
+            line(0, "#endif");
+            line(0, "__device__ __forceinline__ double fj_rsqrt(double a) {{");
+            line(1, "double y;");
+            line(1, "FJ_RSQRT_ESTIMATE(y, a);  // relative error below 2^-22");
+            line(1, "const double e = fma(-a, y * y, 1.0);");
+            line(1, "return fma(fma(e, 0.375, 0.5), y * e, y);");
+            line(0, "}}");
+            line(0, "#endif");
+        }
+        line(0, "struct fj_params_{} {{", name_);
+        for (std::size_t i = 0; i < k_.inputs.size(); ++i) line(1, "const {}* in{};", T_, i);
+        for (std::size_t i = 0; i < k_.inputs.size(); ++i) line(1, "long long in_ld{};", i);
+        for (std::size_t i = 0; i < k_.outputs.size(); ++i) line(1, "{}* out{};", T_, i);
+        for (std::size_t i = 0; i < k_.outputs.size(); ++i) line(1, "long long out_ld{};", i);
+        line(1, "long long rows, cols, tile_rows, ntiles;");
+        line(0, "}};");
+    }
+
+    void kernel() {
+        const int halo = std::max(0, k_.halo);
+        if (o_.max_threads > 0)  // registers capped so that blocks of max_threads fit (ptxas spills instead)
+            line(0, "extern \"C\" __global__ void __launch_bounds__({}) {}(const fj_params_{} p) {{", o_.max_threads,
+                 name_, name_);
+        else
+            line(0, "extern \"C\" __global__ void {}(const fj_params_{} p) {{", name_, name_);
+        line(1, "const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;");
+        line(1, "if (j >= p.cols) return;");
+        if (stages_ > 0) {
+            line(1, "FJ_SMEM_DECL;");
+            line(1, "{}* const fj_st = reinterpret_cast<{}*>(fj_smem) + threadIdx.x * {}u;  // this thread's stages",
+                 T_, T_, stage_stride_);
+            line(1, "const unsigned fj_sb = FJ_SHARED_ADDR(fj_st);");
+        }
+        const std::size_t ni = k_.inputs.size(), no = k_.outputs.size();
+        const bool fixed = !o_.strides.empty();
+        if (fixed && o_.strides.size() != ni + no)
+            throw BackendError(fmt::format("CUDA emitter: kernel {}: {} fixed strides for {} panels", k_.name,
+                                           o_.strides.size(), ni + no));
+        if (hints_) {
+            line(1, "unsigned long long fj_keep;  // L2 policy: evict last");
+            line(1, "FJ_POLICY_KEEP(fj_keep);");
+        }
+        for (std::size_t i = 0; i < ni; ++i)
+            line(1, "const long long ld_in{} = {};", i, fixed ? fmt::format("{}LL", o_.strides[i]) : fmt::format("p.in_ld{}", i));
+        for (std::size_t i = 0; i < no; ++i)
+            line(1, "const long long ld_out{} = {};", i,
+                 fixed ? fmt::format("{}LL", o_.strides[ni + i]) : fmt::format("p.out_ld{}", i));
+        line(1, "for (long long tile = blockIdx.y; tile < p.ntiles; tile += gridDim.y) {{");
+        line(2, "const long long out_begin = tile * p.tile_rows;");
+        line(2, "const long long row_end = out_begin + p.tile_rows < p.rows ? out_begin + p.tile_rows : p.rows;");
+        line(2, "const long long row_begin = out_begin > {} ? out_begin - {} : 0;", halo, halo);
+        for (std::size_t s = 0; s < k_.states.size(); ++s) {
+            if (int_state_[s])
+                line(2, "{} s{} = {};  // {}", int32_state_[s] ? "int" : "long long", s,
+                     static_cast<long long>(k_.states[s].init), comment_safe(k_.states[s].what));
+            else if (float_state_[s])
+                line(2, "float s{} = {};  // {}", s, flit(k_.states[s].init), comment_safe(k_.states[s].what));
+            else
+                line(2, "double s{} = {};  // {}", s, lit(k_.states[s].init), comment_safe(k_.states[s].what));
+        }
+        for (std::size_t r = 0; r < rings_.size(); ++r) {
+            const RingInfo& ri = rings_[r];
+            line(2, "double r{}[{}];  // {}{}", r, ri.size, comment_safe(k_.rings[r].what),
+                 ri.in_regs ? " (shift register)" : " (circular, position rp)");
+            line(2, "#pragma unroll");
+            line(2, "for (int q = 0; q < {}; ++q) r{}[q] = FJ_NAN;", ri.size, r);
+            if (!ri.in_regs) line(2, "int rp{} = {};", r, ri.size - 1);
+        }
+        for (std::size_t i = 0; i < k_.inputs.size(); ++i)
+            line(2, "const {}* __restrict__ in{} = p.in{} + row_begin * ld_in{} + j;", T_, i, i, i);
+        for (std::size_t i = 0; i < k_.outputs.size(); ++i)
+            line(2, "{}* __restrict__ out{} = p.out{} + row_begin * ld_out{} + j;", T_, i, i, i);
+        line(2, "long long t = row_begin;");
+        // The pass's first rows run one at a time with every guard: loads before the panel's first row
+        // read NaN, RowInPass is tested, and outputs are stored only from out_begin on. They are the
+        // warm-up rows plus the largest lag read, so in the loops after them every guard holds: t >= out_begin,
+        // t - lag >= row_begin >= 0.
+        int max_lag = 0;
+        for (const auto& [slot, lag] : loads_) max_lag = std::max(max_lag, lag);
+        for (std::size_t i = 0; i < k_.body.size(); ++i)
+            if (live_[i] && k_.body[i].op == Prim::RowInPass) max_lag = std::max(max_lag, k_.body[i].lag);
+        std::string unset;  // sticky states not yet set to a finite value
+        for (std::size_t st = 0; st < k_.states.size(); ++st)
+            if (live_sticky_[st])
+                unset += fmt::format(" || !(fabs((double)s{}) < {})", st, lit(std::numeric_limits<double>::infinity()));
+        const bool warm_batches = !o_.strides.empty() && U_ > 1 && !loads_.empty() && !big_body_;
+        if (warm_batches) {
+            // Kernels for big panels: those rows in guarded batches first (loads of a batch issued
+            // together; with batched_edges the last batch may run past them, guarded code being right on
+            // any row), then one at a time for what is left. One at a time, each row waits for its own loads: about 10 % of
+            // the samples of corr w=20 on 152-row tiles (bench/RESULTS.md), and a long window's first rows
+            // are a large share of its tiles.
+            line(2, "{{");
+            // Batches wholly before out_begin store nothing, so NVRTC drops every value that only feeds
+            // an output (corr's variances, its reciprocal square root and clamp: about half a row), and
+            // skip the loads pass_only_loads() allows: the halo of a long window, and a large share of
+            // short tiles. Their rows are asked of L2 ahead, as in the batched loop.
+            const int W = std::min(U_, o_.warm_only_rows);
+            if (W > 0) {
+                // Those batches start a block's work, when no other warp of the SM has work to hide a
+                // batch's wait for memory: ask L1 for the pass's first U rows at once, so that only the
+                // first batch waits the whole way (the loop asks L2 for the rows after them).
+                std::set<int> entering;
+                for (const auto& [slot, lag] : loads_)
+                    if (lag == 0) entering.insert(slot);
+                if (!entering.empty()) {
+                    line(3, "#pragma unroll");
+                    line(3, "for (int r = 0; r < {}; ++r) {{", U_);
+                    line(4, "if (t + r >= row_end) break;");
+                    for (int slot : entering) line(4, "FJ_PREFETCH_L1(&in{}[r * ld_in{}]);", slot, slot);
+                    line(3, "}}");
+                }
+                line(3, "#pragma unroll 1");
+                line(3, "for (; t + {} <= out_begin; t += {}) {{", W, W);
+                const std::set<int> pf_inputs = l2_prefetched();
+                if (!pf_inputs.empty()) line(4, "const bool pf = t + {} <= p.rows;", o_.l2_prefetch_rows + W);
+                guarded_ = no_stores_ = true;
+                loads(4, W, Rows::First);
+                for (int u = 0; u < W; ++u) {
+                    step(4, u);
+                    l2_prefetch_row(u, pf_inputs);
+                }
+                advance(4, W);
+                guarded_ = no_stores_ = false;
+                line(3, "}}");
+            }
+            line(3, "const long long warm_end = min(row_end, max(out_begin, row_begin + {}LL));", max_lag);
+            // The rest of the warm-up in guarded batches of W rows as well: the few rows from there to
+            // warm_end (corr w = 20: 4) then cost no whole guarded batch of U.
+            const int G = W > 0 ? W : U_;
+            line(3, "#pragma unroll 1");
+            if (o_.batched_edges) line(3, "for (; t < warm_end && t + {} <= row_end; t += {}) {{", G, G);
+            else line(3, "for (; t + {} <= warm_end; t += {}) {{", G, G);
+            guarded_ = true;
+            loads(4, G, Rows::First);
+            for (int u = 0; u < G; ++u) step(4, u);
+            advance(4, G);
+            guarded_ = false;
+            line(3, "}}");
+            line(2, "}}");
+        } else if (!loads_.empty()) {
+            // Those rows wait for each row's loads: ask L1 for all of them first (a tile's first rows,
+            // which short tiles make a large share of the work).
+            line(2, "{{");
+            line(3, "const long long warm_end = min(row_end, max(out_begin, row_begin + {}LL));", max_lag);
+            line(3, "#pragma unroll 1");
+            line(3, "for (long long r = row_begin; r < warm_end; ++r) {{");
+            for (const auto& [slot, lag] : loads_)
+                line(4, "if (r >= {}) FJ_PREFETCH_L1(&in{}[(r - row_begin - {}) * ld_in{}]);", lag, slot, lag, slot);
+            line(3, "}}");
+            line(2, "}}");
+        }
+        line(2, "#pragma unroll 1");
+        line(2, "for (; t < row_end && (t < out_begin || t < row_begin + {}{}); ++t) {{", max_lag, unset);
+        guarded_ = true;
+        loads(3, 1, Rows::First);
+        step(3, 0);
+        advance(3, 1);
+        guarded_ = false;
+        line(2, "}}");
+        // From here on sticky states are finite loop invariants; float32 copies of the float-exact ones.
+        for (std::size_t st = 0; st < k_.states.size(); ++st)
+            if (live_sticky_[st] && state_fexact_[st]) line(2, "const float sf{} = (float)s{};", st, st);
+        if (U_ > 1) {
+            if (stages_ > 0) staged_batches();
+            else rolling_batches();
+            if (!o_.strides.empty()) {
+                // Kernels for big panels: the last whole batches too (loads first, then the rows), so that
+                // short tiles do not leave up to 2U - 1 rows to the one-row loop. Not in the generic kernel,
+                // whose cold compile time it would double.
+                line(2, "#pragma unroll 1");
+                line(2, "for (; t + {} <= row_end; t += {}) {{", U_, U_);
+                loads(3, U_, Rows::Inside);
+                for (int u = 0; u < U_; ++u) step(3, u);
+                advance(3, U_);
+                line(2, "}}");
+            }
+        }
+        if (warm_batches && o_.batched_edges) {
+            // The last rows (fewer than U) in masked batches of at most 4 (few registers): rows from
+            // row_end on are neither read (NaN) nor stored, and what they do to the states is dropped with
+            // the pass.
+            const int V = std::min(U_, 4);
+            line(2, "#pragma unroll 1");
+            line(2, "for (; t < row_end; t += {}) {{", V);
+            loads(3, V, Rows::Tail);
+            tail_ = true;
+            for (int u = 0; u < V; ++u) step(3, u);
+            tail_ = false;
+            advance(3, V);
+            line(2, "}}");
+        } else {
+            line(2, "#pragma unroll 1");
+            line(2, "for (; t < row_end; ++t) {{");
+            loads(3, 1, Rows::Inside);
+            step(3, 0);
+            advance(3, 1);
+            line(2, "}}");
+        }
+        line(1, "}}");
+        line(0, "}}");
+    }
+
+    // Inputs read at lag 0: the batched loops ask L2 for their rows l2_prefetch_rows ahead (new to L2;
+    // lagged rows were read before). Empty when there is no such prefetch.
+    std::set<int> l2_prefetched() const {
+        std::set<int> in;
+        if (o_.l2_prefetch_rows > 0)
+            for (const auto& [slot, lag] : loads_)
+                if (lag == 0) in.insert(slot);
+        return in;
+    }
+
+    // The batched loop, `rows_ahead` rows before row_end at most, with its L2 prefetches.
+    // (`batches` batches per iteration: the caller advances t between them.)
+    void batch_loop_begin(int rows_ahead, const std::set<int>& pf_inputs, int batches = 1) {
+        line(3, "#pragma unroll 1");
+        line(3, "for (; t + {} <= row_end; t += {}) {{", rows_ahead, U_);
+        if (!pf_inputs.empty()) line(4, "const bool pf = t + {} <= p.rows;", o_.l2_prefetch_rows + batches * U_);
+    }
+    void l2_prefetch_row(int u, const std::set<int>& pf_inputs) {
+        for (int slot : pf_inputs) line(4, "if (pf) FJ_PREFETCH_L2(&{});", load_addr(slot, u + o_.l2_prefetch_rows));
+    }
+
+    // Rolling prefetch: each loaded value is replaced by the one U rows later right after its last use,
+    // so the loads of the next batch are in flight while this batch computes (the scan is bound by memory
+    // latency otherwise: few warps fit an SM with these register counts). Every prefetched row is below
+    // row_end; the last rows (fewer than (copies + 1) U) run in the loops after it.
+    // ptxas sinks the loads a loop iteration leaves for the next one to its end, where the next iteration
+    // waits for them (bench/RESULTS.md); with CudaEmitOptions::loop_copies > 1 an iteration runs that many
+    // batches, so only the last batch's loads cross the back edge.
+    void rolling_batches() {
+        const int C = std::max(1, o_.strides.empty() ? 1 : o_.loop_copies);
+        std::map<std::pair<int, int>, int> last_use;  // (input, row offset) -> last batch row reading it
+        for (int u = 0; u < U_; ++u)
+            for (const auto& [slot, lag] : loads_) last_use[{slot, u - lag}] = u;
+        const std::map<std::pair<int, int>, Reuse> reuse = hints_ ? row_reuse(last_use) : decltype(reuse){};
+        auto load = [&](int ind, bool declare, const std::pair<int, int>& key, int rows_on) {
+            const std::string name = load_name(key.first, key.second), addr = load_addr(key.first, key.second + rows_on);
+            const std::string decl = declare ? std::string(T_) + " " : std::string();
+            const auto r = reuse.find(key);
+            if (r == reuse.end() || r->second == Reuse::Again) line(ind, "{}{} = {};", decl, name, addr);
+            else if (declare) line(ind, "{} {};", T_, name);
+            if (r != reuse.end() && r->second == Reuse::Later) line(ind, "FJ_LD_KEEP({}, &{}, fj_keep);", name, addr);
+            if (r != reuse.end() && r->second == Reuse::Never) line(ind, "FJ_LD_LAST({}, &{});", name, addr);
+        };
+        line(2, "if (t + {} <= row_end) {{", (C + 1) * U_);
+        for (const auto& [key, u_last] : last_use) load(3, true, key, 0);
+        const std::set<int> pf_inputs = l2_prefetched();
+        batch_loop_begin((C + 1) * U_, pf_inputs, C);
+        stream_stores_ = hints_;
+        for (int c = 0; c < C; ++c) {
+            if (c > 0) line(4, "t += {};", U_);
+            for (int u = 0; u < U_; ++u) {
+                step(4, u);
+                for (const auto& [key, u_last] : last_use)
+                    if (u_last == u) load(4, false, key, U_);
+                l2_prefetch_row(u, pf_inputs);
+            }
+            advance(4, U_);
+        }
+        stream_stores_ = false;
+        line(3, "}}");
+        line(2, "}}");
+    }
+
+    // Whether this thread reads a row again after a load of the rolling prefetch: the loads of one row
+    // are the keys of an input whose offsets agree modulo U (key `off` loads row t + off + U of batch t),
+    // the largest offset first. Later: a later load reads it again; Never: the row's last read (or its
+    // only one); Again: neither first nor last.
+    enum class Reuse { Later, Never, Again };
+    std::map<std::pair<int, int>, Reuse> row_reuse(const std::map<std::pair<int, int>, int>& keys) const {
+        std::map<std::pair<int, int>, std::vector<int>> rows;  // (input, offset mod U) -> offsets
+        for (const auto& [key, u] : keys) rows[{key.first, ((key.second % U_) + U_) % U_}].push_back(key.second);
+        std::map<std::pair<int, int>, Reuse> r;
+        for (const auto& [group, offs] : rows) {
+            const auto [lo, hi] = std::minmax_element(offs.begin(), offs.end());
+            for (int off : offs)
+                r[{group.first, off}] = off == *lo ? Reuse::Never : off == *hi ? Reuse::Later : Reuse::Again;
+        }
+        return r;
+    }
+
+    // Loads staged in shared memory (async_plan()): batch k + stages - 1 is copied while batch k computes
+    // from its stage; the stage offset so cycles through the stages. The loop stops while a whole batch
+    // `stages` batches on is still below row_end; the rows after it run in the loops that follow.
+    void staged_batches() {
+        const int D = static_cast<int>(staged_.size()), P = stages_;
+        const int esize = o_.dtype == DType::F32 ? 4 : 8;
+        auto copy_batch = [&](int ind, const std::string& stage, int rows_on) {
+            for (int q = 0; q < D; ++q) {
+                const auto [slot, off] = staged_[static_cast<std::size_t>(q)];
+                line(ind, "FJ_CP_ASYNC(fj_sb + ({} + {}) * {}u, &{});", stage, q, esize, load_addr(slot, off + rows_on));
+            }
+            line(ind, "FJ_CP_COMMIT();");
+        };
+        line(2, "if (t + {} <= row_end) {{", P * U_);
+        for (int b = 0; b < P - 1; ++b) copy_batch(3, std::to_string(b * D), b * U_);
+        line(3, "unsigned so = 0;  // this batch's stage");
+        const std::set<int> pf_inputs = l2_prefetched();
+        batch_loop_begin(P * U_, pf_inputs);
+        line(4, "const unsigned sn = so >= {}u ? so - {}u : so + {}u;  // the stage of batch k + {}", D, D, (P - 1) * D, P - 1);
+        copy_batch(4, "sn", (P - 1) * U_);
+        line(4, "FJ_CP_WAIT({});", P - 1);
+        for (int q = 0; q < D; ++q) {
+            const auto [slot, off] = staged_[static_cast<std::size_t>(q)];
+            line(4, "const {} {} = fj_st[so + {}];", T_, load_name(slot, off), q);
+        }
+        for (int u = 0; u < U_; ++u) {
+            step(4, u);
+            l2_prefetch_row(u, pf_inputs);
+        }
+        advance(4, U_);
+        line(4, "so = so >= {}u ? 0u : so + {}u;", (P - 1) * D, D);
+        line(3, "}}");
+        line(3, "FJ_CP_WAIT(0);  // the copies of batches the loop did not reach");
+        line(2, "}}");
+    }
+
+    // Loads of the rows a batch reads, in the panel's type (a float32 value takes one register until it
+    // is used). One load per distinct (input, row offset): delay(A, 1) next to A shares the loads.
+    static std::string load_name(int slot, int off) {
+        return off >= 0 ? fmt::format("x{}_{}", slot, off) : fmt::format("x{}_m{}", slot, -off);
+    }
+    // Which rows of a batch may lie outside the panel's pass: none (Inside), those before the panel's
+    // first row (First: a pass's first rows), or those from row_end on (Tail: the last, partial batch).
+    // Those read as NaN; the pointer is never dereferenced there.
+    enum class Rows { Inside, First, Tail };
+    void loads(int ind, int rows, Rows where) {
+        std::set<std::pair<int, int>> done;
+        for (int u = 0; u < rows; ++u)
+            for (const auto& [slot, lag] : loads_) {
+                const int off = u - lag;
+                if (!done.insert({slot, off}).second) continue;
+                const std::string addr = load_addr(slot, off);
+                if (where == Rows::First && off < 0 && no_stores_ && pass_only_.count({slot, off}))
+                    line(ind, "const {} {} = t - {} >= row_begin ? {} : ({})FJ_NAN;", T_, load_name(slot, off), -off, addr, T_);
+                else if (where == Rows::First && off < 0)
+                    line(ind, "const {} {} = t >= {} ? {} : ({})FJ_NAN;", T_, load_name(slot, off), -off, addr, T_);
+                else if (where == Rows::Tail && off > 0)
+                    line(ind, "const {} {} = t + {} < row_end ? {} : ({})FJ_NAN;", T_, load_name(slot, off), off, addr, T_);
+                else
+                    line(ind, "const {} {} = {};", T_, load_name(slot, off), addr);
+            }
+    }
+
+    static std::string load_addr(int slot, int off) {
+        return off == 0 ? fmt::format("in{}[0]", slot) : fmt::format("in{}[{}LL * ld_in{}]", slot, off, slot);
+    }
+
+    void advance(int ind, int rows) {
+        for (std::size_t i = 0; i < k_.inputs.size(); ++i) line(ind, "in{} += {}LL * ld_in{};", i, rows, i);
+        for (std::size_t i = 0; i < k_.outputs.size(); ++i) line(ind, "out{} += {}LL * ld_out{};", i, rows, i);
+        for (std::size_t st = 0; st < counter_select_.size(); ++st)
+            if (counter_select_[st] >= 0) line(ind, "s{} += {};  // run counter: q -> s", st, rows);
+    }
+
+    std::string row(int u) const { return u == 0 ? "t" : fmt::format("(t + {})", u); }
+
+    // A float32 expression with exactly the value of instruction i at batch row u, or "" when there is
+    // none: only for float32 panels, and only for inputs, float-exact constants, and abs/neg of those.
+    std::string float_exact(std::int32_t i, int u) const {
+        if (o_.dtype != DType::F32) return "";
+        const Inst& x = k_.body[static_cast<std::size_t>(i)];
+        if (fmat_[static_cast<std::size_t>(i)]) return fmt::format("fv{}", i);
+        switch (x.op) {
+        case Prim::Input: return load_name(x.slot, u - x.lag);
+        case Prim::Const: {
+            const float f = static_cast<float>(x.imm);
+            if (!(static_cast<double>(f) == x.imm) && !std::isnan(x.imm)) return "";
+            std::uint32_t bits;
+            std::memcpy(&bits, &f, sizeof bits);
+            return fmt::format("__int_as_float(0x{:08x})", bits);
+        }
+        case Prim::Abs: {
+            const std::string e = float_exact(x.a, u);
+            return e.empty() ? "" : "fabsf(" + e + ")";
+        }
+        case Prim::Neg: {
+            const std::string e = float_exact(x.a, u);
+            return e.empty() ? "" : "(-" + e + ")";
+        }
+        default: return "";
+        }
+    }
+
+    // Entry of ring r at a constant lag.
+    std::string ring_at(int r, int lag) const {
+        const RingInfo& ri = rings_[r];
+        if (ri.in_regs) return fmt::format("r{}[{}]", r, lag);
+        if (lag == 0) return fmt::format("r{}[rp{}]", r, r);
+        return fmt::format("r{}[rp{} >= {} ? rp{} - {} : rp{} + {}]", r, r, lag, r, lag, r, ri.size - lag);
+    }
+
+    // One row of the body: rings advance, then the instructions top to bottom.
+    void step(int ind, int u) {
+        line(ind, "{{  // row {}", row(u));
+        const int in = ind + 1;
+        for (std::size_t r = 0; r < rings_.size(); ++r) {
+            const RingInfo& ri = rings_[r];
+            if (ri.size == 1) continue;
+            if (ri.in_regs) {
+                line(in, "#pragma unroll");
+                line(in, "for (int q = {}; q > 0; --q) r{}[q] = r{}[q - 1];", ri.size - 1, r, r);
+            } else {
+                line(in, "rp{} = rp{} == {} ? 0 : rp{} + 1;", r, r, ri.size - 1, r);
+            }
+        }
+        for (std::size_t i = 0; i < k_.body.size(); ++i)
+            if (live_[i]) inst(in, u, i);
+        line(ind, "}}");
+    }
+
+    // An output of batch row u (stored only from out_begin on in the pass's first rows). Holding a
+    // batch's stores back to its end was tried: more registers, no gain (H200, corr w=20).
+    void store_output(int ind, int u, int slot, const std::string& value) {
+        const std::string at = u == 0 ? std::string("0") : fmt::format("{}LL * ld_out{}", u, slot);
+        if (no_stores_) return;
+        if (scan_mode_) {
+            const std::string r = row(u);
+            if (guarded_) line(ind, "if (fj_active && {} >= out_begin && {} < row_end) out{}[{}] = {};", r, r, slot, at, value);
+            else line(ind, "if (fj_active) out{}[{}] = {};", slot, at, value);
+            return;
+        }
+        if (guarded_) line(ind, "if ({} >= out_begin) out{}[{}] = {};", row(u), slot, at, value);
+        else if (tail_ && u > 0) line(ind, "if ({} < row_end) out{}[{}] = {};", row(u), slot, at, value);
+        else if (stream_stores_) line(ind, "FJ_ST_STREAM(&out{}[{}], {});", slot, at, value);
+        else line(ind, "out{}[{}] = {};", slot, at, value);
+    }
+
+    // `c ? a - s : 0` with a float32 value a and a finite float-exact sticky state s (the shifted,
+    // masked values of window sums) as `(double)(c ? a : (float)s) - s`: the select picks between two
+    // float32 registers instead of two float64 ones, and s - s is exactly 0.
+    bool masked_shift(std::size_t i, int u, int ind) {
+        const Inst& x = k_.body[i];
+        const Inst& zero = k_.body[x.c];
+        if (zero.op != Prim::Const || zero.imm != 0 || std::signbit(zero.imm)) return false;
+        const Inst& sub = k_.body[x.b];
+        if (sub.op != Prim::Sub) return false;
+        const int st = sticky_value(sub.b);
+        if (st < 0 || !live_sticky_[st] || !state_fexact_[st]) return false;  // sf<st> exists
+        const std::string a = float_exact(sub.a, u);
+        if (a.empty()) return false;
+        line(ind, "const double v{} = (double)(v{} ? {} : sf{}) - v{};", i, x.a, a, st, sub.b);
+        return true;
+    }
+
+    // An integer-valued instruction as `long long iv<i>` (and its float64 twin when something reads it).
+    void int_inst(int ind, int u, std::size_t i) {
+        const Inst& x = k_.body[i];
+        auto iv = [](std::int32_t n) { return fmt::format("iv{}", n); };
+        if (counter_part_[i]) return;
+        std::string e;
+        if (const std::int32_t st = counter_state_[i]; st >= 0) {
+            line(ind, "s{} = v{} ? {} : s{};  // run counter, q", st, x.a, -(u + 1), st);
+            e = fmt::format("s{} + {}", st, u + 1);
+        }
+        if (e.empty()) switch (x.op) {
+        case Prim::Const: e = fmt::format("{}", static_cast<long long>(x.imm)); break;
+        case Prim::BoolToF64: e = fmt::format("v{} ? 1 : 0", x.a); break;
+        case Prim::RowIndex: e = row(u); break;
+        case Prim::LoadState: e = fmt::format("s{}", x.slot); break;
+        case Prim::Neg: e = fmt::format("-iv{}", x.a); break;
+        case Prim::Add: e = fmt::format("iv{} + iv{}", x.a, x.b); break;
+        case Prim::Sub: e = fmt::format("iv{} - iv{}", x.a, x.b); break;
+        case Prim::Select: e = fmt::format("v{} ? {} : {}", x.a, iv(x.b), iv(x.c)); break;
+        default: bad_ir(k_, i, "not an integer value");
+        }
+        line(ind, "const {} iv{} = {};", int32_[i] ? "int" : "long long", i, e);
+        if (need_double_[i]) line(ind, "const double v{} = (double)iv{};", i, i);
+    }
+
+    void inst(int ind, int u, std::size_t i) {
+        const Inst& x = k_.body[i];
+        const char* ty = x.type == Type::Bool ? "bool" : "double";
+        auto v = [](std::int32_t n) { return fmt::format("v{}", n); };
+        auto def = [&](const std::string& expr) { line(ind, "const {} v{} = {};", ty, i, expr); };
+        if (is_int_[i]) return int_inst(ind, u, i);
+        if (x.op == Prim::StoreState && int_state_[x.slot]) {
+            if (counter_select_[static_cast<std::size_t>(x.slot)] < 0) line(ind, "s{} = iv{};", x.slot, x.a);
+            return;
+        }
+        if (x.op == Prim::IsNaN && is_int(x.a)) {
+            def("false");
+            return;
+        }
+        if (!guarded_ && sticky_of_[i] >= 0) {  // set already: the select keeps the state, the test fails
+            if (x.op == Prim::IsNaN) {
+                def("false");
+            } else if (fmat_[i]) {
+                line(ind, "const float fv{} = {};", i, float_exact(x.c, u));
+                line(ind, "const double v{} = (double)fv{};", i, i);
+            } else {
+                def(v(x.c));
+            }
+            return;
+        }
+        if (!guarded_ && x.op == Prim::StoreState && sticky_state_[x.slot]) return;
+        if (!guarded_ && x.op == Prim::Select && !fmat_[i] && masked_shift(i, u, ind)) return;
+        if (narrow_[i]) {
+            if (x.op == Prim::Select) line(ind, "const float fv{} = v{} ? {} : {};", i, x.a, rounded(x.b, u), rounded(x.c, u));
+            else line(ind, "const float fv{} = {}({}, {});", i, x.op == Prim::Min ? "fminf" : "fmaxf", rounded(x.a, u), rounded(x.b, u));
+            return;
+        }
+        if (fmat_[i]) {
+            if (x.op == Prim::LoadState) line(ind, "const float fv{} = s{};", i, x.slot);
+            else line(ind, "const float fv{} = v{} ? {} : {};", i, x.a, float_exact(x.b, u), float_exact(x.c, u));
+            line(ind, "const double v{} = (double)fv{};", i, i);  // dropped by NVRTC when unused
+            return;
+        }
+        if (x.op == Prim::StoreState && float_state_[x.slot]) {
+            line(ind, "s{} = {};", x.slot, float_exact(x.a, u));
+            return;
+        }
+        if (x.op == Prim::Output && float_available(x.a)) {  // float32 panel: the value is a float already
+            store_output(ind, u, x.slot, float_exact(x.a, u));
+            return;
+        }
+        if (x.op == Prim::IsNaN && float_available(x.a)) {
+            const std::string f = float_exact(x.a, u);
+            def(fmt::format("{} != {}", f, f));
+            return;
+        }
+        if (is_compare(x.op) && is_int(x.a) && is_int(x.b)) {
+            const char* o = x.op == Prim::CmpLT ? "<" : x.op == Prim::CmpLE ? "<=" : x.op == Prim::CmpGT ? ">"
+                          : x.op == Prim::CmpGE ? ">=" : x.op == Prim::CmpEQ ? "==" : "!=";
+            def(fmt::format("iv{} {} iv{}", x.a, o, x.b));
+            return;
+        }
+        switch (x.op) {
+        case Prim::Const: def(lit(x.imm)); break;
+        case Prim::Input: def(fmt::format("(double){}", load_name(x.slot, u - x.lag))); break;
+        case Prim::RowIndex: def(fmt::format("(double){}", row(u))); break;
+        case Prim::RowInPass:
+            // Rows before out_begin <= row_begin + halo: a lag of at least the halo reaches before the pass.
+            if (no_stores_ && x.lag >= k_.halo) def("false");
+            else def(guarded_ ? fmt::format("{} - {} >= row_begin", row(u), x.lag) : "true");
+            break;
+        case Prim::LoadState: def(fmt::format("s{}", x.slot)); break;
+        case Prim::RingRead: def(ring_at(x.slot, x.lag)); break;
+        case Prim::StoreState: line(ind, "s{} = {};", x.slot, v(x.a)); break;
+        case Prim::RingPush: line(ind, "{} = {};", ring_at(x.slot, 0), v(x.a)); break;
+        case Prim::Output:
+            store_output(ind, u, x.slot, fmt::format("({}){}", T_, v(x.a)));
+            break;
+        case Prim::Add: def(fmt::format("{} + {}", v(x.a), v(x.b))); break;
+        case Prim::Sub: def(fmt::format("{} - {}", v(x.a), v(x.b))); break;
+        case Prim::Mul: def(fmt::format("{} * {}", v(x.a), v(x.b))); break;
+        case Prim::Div: def(fmt::format("{} / {}", v(x.a), v(x.b))); break;
+        case Prim::Neg: def(fmt::format("-{}", v(x.a))); break;
+        case Prim::Abs: def(fmt::format("fabs({})", v(x.a))); break;
+        case Prim::Sqrt: def(fmt::format("sqrt({})", v(x.a))); break;
+        case Prim::Exp: def(fmt::format("exp({})", v(x.a))); break;
+        case Prim::Log: def(fmt::format("log({})", v(x.a))); break;
+        case Prim::Pow: def(fmt::format("pow({}, {})", v(x.a), v(x.b))); break;
+        case Prim::Floor: def(fmt::format("floor({})", v(x.a))); break;
+        // Correctly rounded 1/a without a division's extra steps; rsqrt is within 1 ulp (CUDA math API).
+        case Prim::Recip: def(fmt::format("__drcp_rn({})", v(x.a))); break;
+        case Prim::RSqrt: def(fmt::format("{}({})", fast_rsqrt_ ? "fj_rsqrt" : "rsqrt", v(x.a))); break;
+        case Prim::Fma: def(fmt::format("fma({}, {}, {})", v(x.a), v(x.b), v(x.c))); break;  // kept by --fmad=false
+        case Prim::Min: def(fmt::format("fmin({}, {})", v(x.a), v(x.b))); break;  // one DMNMX
+        case Prim::Max: def(fmt::format("fmax({}, {})", v(x.a), v(x.b))); break;
+        case Prim::CmpLT: case Prim::CmpLE: case Prim::CmpGT: case Prim::CmpGE: case Prim::CmpEQ:
+        case Prim::CmpONE: case Prim::CmpUNE: {
+            // Float32 panels: a comparison of values that are exactly float32 numbers (inputs, their
+            // absolute values and negations, float-exact constants) gives the same answer in float32,
+            // which costs a float32 compare instead of a float64 one on the scarcer float64 pipe.
+            std::string a = v(x.a), b = v(x.b);
+            const std::string fa = float_exact(x.a, u), fb = float_exact(x.b, u);
+            if (!fa.empty() && !fb.empty() && !(k_.body[x.a].op == Prim::Const && k_.body[x.b].op == Prim::Const)) {
+                a = fa;
+                b = fb;
+            }
+            switch (x.op) {
+            case Prim::CmpLT: def(fmt::format("{} < {}", a, b)); break;
+            case Prim::CmpLE: def(fmt::format("{} <= {}", a, b)); break;
+            case Prim::CmpGT: def(fmt::format("{} > {}", a, b)); break;
+            case Prim::CmpGE: def(fmt::format("{} >= {}", a, b)); break;
+            case Prim::CmpEQ: def(fmt::format("{} == {}", a, b)); break;
+            case Prim::CmpONE: def(fmt::format("{} < {} || {} > {}", a, b, a, b)); break;
+            default: def(fmt::format("!({} == {})", a, b)); break;
+            }
+            break;
+        }
+        case Prim::IsNaN:
+            // Of an input: test the loaded value itself (a float32 compare instead of a float64 one).
+            if (k_.body[x.a].op == Prim::Input) {
+                const std::string l = load_name(k_.body[x.a].slot, u - k_.body[x.a].lag);
+                def(fmt::format("{} != {}", l, l));
+            } else if (fexact_[x.a]) {
+                // A float32 number in a double: a NaN's payload reaches the high word (converted float
+                // NaNs are quiet), so the high word alone tells.
+                def(fmt::format("(__double2hiint({}) & 0x7fffffff) > 0x7ff00000", v(x.a)));
+            } else {
+                // An integer test of the bits (exponent all ones, mantissa not zero): keeps the float64
+                // pipe, the scarce one on most GPUs, for arithmetic.
+                def(fmt::format("((unsigned long long)__double_as_longlong({}) << 1) > 0xffe0000000000000ULL", v(x.a)));
+            }
+            break;
+        case Prim::And: def(fmt::format("{} && {}", v(x.a), v(x.b))); break;
+        case Prim::Or: def(fmt::format("{} || {}", v(x.a), v(x.b))); break;
+        case Prim::Not: def(fmt::format("!{}", v(x.a))); break;
+        case Prim::Select: def(fmt::format("{} ? {} : {}", v(x.a), v(x.b), v(x.c))); break;
+        case Prim::BoolToF64: def(fmt::format("{} ? 1.0 : 0.0", v(x.a))); break;
+        }
+    }
+};
+
+
+}  // namespace fj::codegen::detail

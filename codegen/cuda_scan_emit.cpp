@@ -1,0 +1,550 @@
+// The window-scan kernel: kernel IR -> CUDA C++ for long windows (see cuda_emit.hpp, "Window-scan kernels").
+//
+// Why: the column-scan kernel re-reads each row from global memory as it leaves a window. With 512 threads
+// per SM in flight, a 250-row window keeps 132 x 512 x 250 rows x 8 bytes = 135 MB of rows to re-read, far
+// more than the H200's 50 MB L2, so the re-reads come from DRAM: 5 units of traffic against the floor's 3.
+// Here a block keeps its 32 columns' whole window in shared memory instead (rings filled by cp.async), and so
+// that 256 threads still share those columns, each 32-row batch is cut into 8 segments of 4 rows, one per
+// warp (lanes are the columns). A segment runs its rows from zero: window sums accumulate their terms from
+// 0, run counters note the latest row that reset them. The segments' totals are then combined across warps
+// (an exclusive scan, one quantity per warp), and each row's states are the prefix plus its own partial
+// value, from which its outputs follow. Measured on the H200 as bench/proto/scan_corr.cu before it was
+// generated (bench/RESULTS.md).
+//
+// Which kernels (scan_plan()): every state is one of
+//   * a window sum: its one store is s + terms (Add, Sub, Fma chains onto its load) whose terms read no
+//     state; the scan adds the segments' sums, so results differ from a sequential run only by rounding
+//     (the window sums of lower_ops.cpp are of shifted values, where float64 is nearly exact);
+//   * a run counter `c ? 0 : s + 1`: the latest reset row, scanned with max;
+//   * a first value `isnan(s) && c ? v : s` (the shift of window sums): found before the pass's rows by a
+//     per-column search from the pass's first row, so every row sees the value a sequential run gives it;
+//   * a previous value `s := input[t - lag]`: read as input[t - lag - 1] (the state's init on the pass's
+//     first row);
+// there are no rings, and every lagged input is read only where RowInPass masks its value before the pass
+// (pass_only_loads()): the rings hold the pass's rows only.
+//
+// Block: 256 threads, 32 columns, 2 batches copied ahead. Per batch three barriers: the batch has landed
+// (and, with first values, whether every column has its value yet: then the batch runs without guards); the
+// segments' totals are written; their prefixes are written.
+#include "codegen/cuda_emitter.hpp"
+
+namespace fj::codegen::detail {
+
+namespace {
+constexpr int kC = kWindowScanColumns;  // columns per block: a warp's lanes
+constexpr int kS = 8;                   // segments per batch: the block's warps
+constexpr int kR = 4;                   // rows per segment
+constexpr int kB = kS * kR;             // rows per batch
+constexpr int kP = 2;                   // batches copied ahead
+constexpr int kNone = -(1 << 30);       // a run counter's "no reset in this segment"
+}  // namespace
+
+void Emitter::scan_plan() {
+    ScanPlan& P = scan_;
+    P = ScanPlan{};
+    const std::size_t n = k_.body.size();
+    auto fail = [&](std::string why) { P.why_not = std::move(why); };
+    if (o_.dtype != DType::F32) return fail("float32 panels only (a float64 window would halve the columns per SM)");
+    if (o_.strides.empty()) return fail("needs fixed leading dimensions");
+    if (!k_.rings.empty()) return fail("the kernel keeps rings");
+    auto state_name = [&](int st) { return fmt::format("state s{} ({})", st, k_.states[static_cast<std::size_t>(st)].what); };
+
+    std::vector<int> stores(k_.states.size(), 0), loads(k_.states.size(), 0);
+    std::vector<std::int32_t> store_of(k_.states.size(), -1);
+    std::vector<int> uses(n, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+        if (!live_[i]) continue;
+        const Inst& x = k_.body[i];
+        for (std::int32_t o : {x.a, x.b, x.c})
+            if (o >= 0) ++uses[static_cast<std::size_t>(o)];
+        if (x.op == Prim::StoreState) ++stores[x.slot], store_of[x.slot] = static_cast<std::int32_t>(i);
+        if (x.op == Prim::LoadState) ++loads[x.slot];
+    }
+    auto op_is = [&](std::int32_t o, Prim p) { return o >= 0 && k_.body[static_cast<std::size_t>(o)].op == p; };
+    auto load_of = [&](std::int32_t o, int st) { return op_is(o, Prim::LoadState) && k_.body[o].slot == st; };
+
+    // Kinds that need nothing but the store's shape: previous values and first values.
+    enum class Kind { None, Sum, Counter, Sticky, Prev };
+    std::vector<Kind> kind(k_.states.size(), Kind::None);
+    for (std::size_t st = 0; st < k_.states.size(); ++st) {
+        if (stores[st] == 0) {
+            if (loads[st] > 0) return fail(state_name(static_cast<int>(st)) + " is read but never stored");
+            continue;
+        }
+        if (stores[st] > 1) return fail(state_name(static_cast<int>(st)) + " is stored twice");
+        const Inst& v = k_.body[static_cast<std::size_t>(k_.body[store_of[st]].a)];
+        if (v.op == Prim::Input) {
+            // (Rows before the pass are not in the rings: input[t - 1] must lie in the pass or before the panel.)
+            if (v.lag != 0) return fail(state_name(static_cast<int>(st)) + " keeps an input from more than a row back");
+            kind[st] = Kind::Prev;
+            P.prevs.push_back({static_cast<int>(st), v.slot, v.lag});
+        } else if (sticky_state_[st] && live_sticky_[st]) {
+            const std::int32_t sel = k_.body[store_of[st]].a;
+            const Inst& s = k_.body[sel];
+            const Inst& c = k_.body[s.a];
+            const std::int32_t cond = sticky_of_[static_cast<std::size_t>(c.a)] == static_cast<int>(st) ? c.b : c.a;
+            // The load feeds only the NaN test and the select; the test only the And; the And only the select.
+            const std::int32_t test = cond == c.a ? c.b : c.a;
+            if (loads[st] != 1 || uses[static_cast<std::size_t>(k_.body[test].a)] != 2 ||
+                uses[static_cast<std::size_t>(test)] != 1 || uses[static_cast<std::size_t>(s.a)] != 1)
+                return fail(state_name(static_cast<int>(st)) + ": its value before it is set is read");
+            kind[st] = Kind::Sticky;
+            P.stickies.push_back({static_cast<int>(st), sel, cond, s.b});
+        }
+    }
+    // Values that depend on a state's value from an earlier row (first values and previous values are
+    // known per row, so they count as row values).
+    std::vector<bool> stateful(n, false);
+    for (std::size_t i = 0; i < n; ++i) {
+        const Inst& x = k_.body[i];
+        if (x.op == Prim::LoadState) {
+            stateful[i] = kind[x.slot] != Kind::Prev;
+            continue;
+        }
+        if (x.op == Prim::Select && sticky_of_[i] >= 0 && kind[sticky_of_[i]] == Kind::Sticky) continue;
+        for (std::int32_t o : {x.a, x.b, x.c})
+            if (o >= 0 && stateful[static_cast<std::size_t>(o)]) stateful[i] = true;
+    }
+    auto row_value = [&](std::int32_t o) { return !stateful[static_cast<std::size_t>(o)]; };
+    std::vector<bool> chain(n, false);  // parts of a state's update other than its root (never emitted alone)
+    for (std::size_t st = 0; st < k_.states.size(); ++st) {
+        if (kind[st] != Kind::None || stores[st] == 0) continue;
+        const auto s = static_cast<int>(st);
+        const std::int32_t root = k_.body[store_of[st]].a;
+        const Inst& r = k_.body[root];
+        // A run counter: c ? 0 : s + 1.
+        if (int32_state_[st] && r.op == Prim::Select && op_is(r.b, Prim::Const) && k_.body[r.b].imm == 0 &&
+            op_is(r.c, Prim::Add) && row_value(r.a) && loads[st] == 1 && uses[static_cast<std::size_t>(r.c)] == 1) {
+            const Inst& add = k_.body[r.c];
+            const bool one_a = op_is(add.a, Prim::Const) && k_.body[add.a].imm == 1;
+            const bool one_b = op_is(add.b, Prim::Const) && k_.body[add.b].imm == 1;
+            const std::int32_t load = one_a ? add.b : one_b ? add.a : -1;
+            if (load >= 0 && load_of(load, s)) {
+                kind[st] = Kind::Counter;
+                P.counters.push_back({s, root, r.a});
+                chain[static_cast<std::size_t>(load)] = chain[static_cast<std::size_t>(r.c)] = true;
+                continue;
+            }
+        }
+        // A window sum: a chain of Add / Sub / Fma from the state's load, every other operand a row value.
+        bool ok = loads[st] == 1;
+        std::vector<std::int32_t> nodes;
+        for (std::int32_t at = root; ok && !load_of(at, s);) {
+            const Inst& x = k_.body[at];
+            std::int32_t next = -1;
+            if (x.op == Prim::Add && !row_value(x.a) && row_value(x.b)) next = x.a;
+            else if (x.op == Prim::Add && !row_value(x.b) && row_value(x.a)) next = x.b;
+            else if (x.op == Prim::Sub && !row_value(x.a) && row_value(x.b)) next = x.a;
+            else if (x.op == Prim::Fma && !row_value(x.c) && row_value(x.a) && row_value(x.b)) next = x.c;
+            ok = next >= 0 && uses[static_cast<std::size_t>(next)] == 1;
+            if (ok) nodes.push_back(next);
+            at = next;
+        }
+        if (!ok)
+            return fail(state_name(s) + " is not a window sum, a run counter, a first value or a previous value");
+        kind[st] = Kind::Sum;
+        P.sums.push_back({s, root});
+        for (std::int32_t c : nodes) chain[static_cast<std::size_t>(c)] = true;
+    }
+    if (P.sums.empty()) return fail("no window sum to scan");
+    for (const ScanSticky& st : P.stickies) {
+        chain[static_cast<std::size_t>(st.select)] = true;  // (a root: defined per row, never computed)
+        const Inst& c = k_.body[k_.body[st.select].a];
+        chain[static_cast<std::size_t>(k_.body[st.select].a)] = true;
+        for (std::int32_t o : {c.a, c.b})
+            if (o != st.cond) chain[static_cast<std::size_t>(o)] = chain[static_cast<std::size_t>(k_.body[o].a)] = true;
+    }
+    for (const ScanCounter& c : P.counters) chain[static_cast<std::size_t>(c.select)] = true;
+
+    // What each phase emits. Segment rows: the sums' chains (their loads become the segment's
+    // accumulators) and the counters' conditions. Results: what the outputs need, from the states' roots.
+    P.in_a.assign(n, false);
+    P.in_c.assign(n, false);
+    P.in_pre.assign(n, false);
+    P.predef.assign(n, false);
+    for (const ScanSum& s : P.sums) P.predef[static_cast<std::size_t>(s.root)] = true;
+    for (const ScanCounter& c : P.counters) P.predef[static_cast<std::size_t>(c.select)] = true;
+    for (const ScanSticky& s : P.stickies) P.predef[static_cast<std::size_t>(s.select)] = true;
+    std::string bad;
+    // Marks `from` and what it needs in `mark`, stopping at `stop`; `allow_chain` lets a sum's own chain in.
+    std::function<void(std::int32_t, std::vector<bool>&, const std::vector<bool>&, bool)> need =
+        [&](std::int32_t i, std::vector<bool>& mark, const std::vector<bool>& stop, bool allow_chain) {
+            const auto u = static_cast<std::size_t>(i);
+            if (mark[u] || !bad.empty()) return;
+            if (stop[u]) return;
+            const Inst& x = k_.body[u];
+            if (x.op == Prim::LoadState && kind[x.slot] != Kind::Prev && !(allow_chain && kind[x.slot] == Kind::Sum)) {
+                bad = fmt::format("instruction {} reads {} from an earlier row", i, state_name(x.slot));
+                return;
+            }
+            if (chain[u] && !allow_chain) {
+                bad = fmt::format("instruction {} is read outside its state's update", i);
+                return;
+            }
+            mark[u] = true;
+            for (std::int32_t o : {x.a, x.b, x.c})
+                if (o >= 0) need(o, mark, stop, allow_chain);
+        };
+    std::vector<bool> sticky_roots(n, false), none(n, false);
+    for (const ScanSticky& s : P.stickies) sticky_roots[static_cast<std::size_t>(s.select)] = true;
+    for (const ScanSum& s : P.sums) need(store_of[s.state], P.in_a, sticky_roots, true);
+    for (const ScanCounter& c : P.counters) need(c.cond, P.in_a, sticky_roots, false);
+    for (std::size_t i = 0; i < n; ++i)
+        if (live_[i] && k_.body[i].op == Prim::Output) need(static_cast<std::int32_t>(i), P.in_c, P.predef, false);
+    for (const ScanSticky& s : P.stickies) {
+        need(s.cond, P.in_pre, none, false);
+        need(s.value, P.in_pre, none, false);
+    }
+    if (!bad.empty()) return fail(bad);
+    for (std::size_t i = 0; i < n; ++i) {
+        const Inst& x = k_.body[i];
+        if (P.in_pre[i] && ((x.op == Prim::Input && x.lag != 0) || x.op == Prim::RowInPass || x.op == Prim::LoadState))
+            return fail("a first value's condition reads more than its own row");
+        if (!P.in_a[i] && !P.in_c[i]) continue;
+        if (x.op == Prim::Input) {
+            if (x.lag > 0 && !pass_only_lag_[{x.slot, x.lag}])
+                return fail(fmt::format("input {} is read {} rows back where RowInPass does not mask it", x.slot, x.lag));
+            P.reads.insert({x.slot, x.lag});
+            P.reach = std::max(P.reach, x.lag);
+        }
+        if (x.op == Prim::RowInPass) P.reach = std::max(P.reach, x.lag);
+    }
+    for (const ScanPrev& p : P.prevs) {
+        P.reads.insert({p.input, p.lag + 1});
+        P.reach = std::max(P.reach, p.lag + 1);
+    }
+    std::set<int> ring_set;
+    for (const auto& [slot, lag] : P.reads) ring_set.insert(slot);
+    P.ring_inputs.assign(ring_set.begin(), ring_set.end());
+    P.ring_rows = (P.reach + (kP + 1) * kB + kB - 1) / kB * kB;
+    const std::size_t ring_bytes = static_cast<std::size_t>(P.ring_rows + kR) * kC * sizeof(float);
+    const std::size_t bytes = P.ring_inputs.size() * ring_bytes +
+                              static_cast<std::size_t>(kS + 1) * kC * (P.sums.size() * 8 + P.counters.size() * 4);
+    if (bytes > static_cast<std::size_t>(kWindowScanMaxSharedBytes))
+        return fail(fmt::format("its rings would need {} bytes of shared memory per block (at most {})", bytes,
+                                kWindowScanMaxSharedBytes));
+    P.smem_bytes = static_cast<int>(bytes);
+    P.ok = true;
+}
+
+int Emitter::scan_smem_bytes(std::string* why_not) {
+    scan_plan();
+    if (!scan_.ok && why_not) *why_not = scan_.why_not;
+    return scan_.ok ? scan_.smem_bytes : 0;
+}
+
+// A value the results phase (or a guarded row) defines instead of computing it, in the form inst() expects.
+void Emitter::scan_predefine(int ind, std::int32_t i, const std::string& expr) {
+    const auto u = static_cast<std::size_t>(i);
+    if (is_int_[u]) {
+        line(ind, "const {} iv{} = ({})({});", int32_[u] ? "int" : "long long", i, int32_[u] ? "int" : "long long", expr);
+        if (need_double_[u]) line(ind, "const double v{} = (double)iv{};", i, i);
+    } else if (fmat_[u]) {
+        line(ind, "const float fv{} = (float)({});", i, expr);
+        line(ind, "const double v{} = (double)fv{};", i, i);
+    } else {
+        line(ind, "const double v{} = (double)({});", i, expr);
+    }
+}
+
+// Row i of the segment: the ring values `phase` reads, NaN before the pass in guarded batches.
+void Emitter::scan_row_loads(int ind, int i, const std::vector<bool>& phase) {
+    std::set<std::pair<int, int>> want;  // (input, lag)
+    for (std::size_t x = 0; x < k_.body.size(); ++x)
+        if (phase[x] && k_.body[x].op == Prim::Input) want.insert({k_.body[x].slot, k_.body[x].lag});
+    for (const ScanPrev& p : scan_.prevs) want.insert({p.input, p.lag + 1});
+    std::set<int> done;
+    for (const auto& [slot, lag] : want) {
+        const std::string name = load_name(slot, i - lag);
+        const std::string at = fmt::format("fj_p{}_{}[{}]", slot, lag, i * kC);
+        if (guarded_ && lag > i)
+            line(ind, "const float {} = u_seg >= {} ? {} : __int_as_float(0x7fc00000);", name, lag - i, at);
+        else
+            line(ind, "const float {} = {};", name, at);
+    }
+}
+
+// Previous values of row i: the input one row further back, the state's init on the pass's first row.
+void Emitter::scan_prev_values(int ind, int i) {
+    for (const ScanPrev& p : scan_.prevs) {
+        const auto st = static_cast<std::size_t>(p.state);
+        const std::string v = load_name(p.input, i - p.lag - 1);
+        const char* ty = float_state_[st] ? "float" : int_state_[st] ? (int32_state_[st] ? "int" : "long long") : "double";
+        const std::string init = float_state_[st] ? flit(k_.states[st].init) : lit(k_.states[st].init);
+        const std::string val = fmt::format("({}){}", ty, v);
+        if (guarded_ && i == 0) line(ind, "const {} s{} = u_seg >= 1 ? {} : ({}){};", ty, p.state, val, ty, init);
+        else line(ind, "const {} s{} = {};", ty, p.state, val);
+    }
+}
+
+// First values of row i that `phase` reads: NaN before the column's first row that sets them.
+void Emitter::scan_sticky_values(int ind, int i, bool guarded, const std::vector<bool>& phase) {
+    for (const ScanSticky& s : scan_.stickies) {
+        if (!phase[static_cast<std::size_t>(s.select)] && !std::any_of(k_.body.begin(), k_.body.end(), [&](const Inst& x) {
+                const auto at = static_cast<std::size_t>(&x - k_.body.data());
+                return phase[at] && (x.a == s.select || x.b == s.select || x.c == s.select);
+            }))
+            continue;
+        if (guarded) scan_predefine(ind, s.select, fmt::format("u_seg + {} >= fj_first{} ? s{} : FJ_NAN", i, s.state, s.state));
+        else scan_predefine(ind, s.select, fmt::format("s{}", s.state));
+    }
+}
+
+// The search for each first value: the column's rows from the pass's first, until every one is set.
+void Emitter::scan_prescan(int ind) {
+    const ScanPlan& P = scan_;
+    for (const ScanSticky& s : P.stickies) {
+        line(ind, "double s{} = FJ_NAN;  // {}", s.state, comment_safe(k_.states[s.state].what));
+        line(ind, "int fj_first{} = fj_active ? n_pass : 0;  // the row that sets it", s.state);
+    }
+    if (P.stickies.empty()) return;
+    std::set<int> inputs;
+    for (std::size_t i = 0; i < k_.body.size(); ++i)
+        if (P.in_pre[i] && k_.body[i].op == Prim::Input) inputs.insert(k_.body[i].slot);
+    line(ind, "if (fj_active) {{");
+    line(ind + 1, "#pragma unroll 1");
+    line(ind + 1, "for (int fj_u = 0; fj_u < n_pass; ++fj_u) {{");
+    const int in = ind + 2;
+    line(in, "const long long t = row_begin + fj_u;");
+    for (int slot : inputs) line(in, "const float {} = p.in{}[t * ld_in{} + j];", load_name(slot, 0), slot, slot);
+    const bool saved = guarded_;
+    guarded_ = true;
+    for (std::size_t i = 0; i < k_.body.size(); ++i)
+        if (P.in_pre[i]) inst(in, 0, i);
+    guarded_ = saved;
+    std::string all;
+    for (const ScanSticky& s : P.stickies) {
+        line(in, "if (fj_first{} == n_pass && v{}) {{ fj_first{} = fj_u; s{} = v{}; }}", s.state, s.cond, s.state, s.state,
+             s.value);
+        all += fmt::format("{}fj_first{} < n_pass", all.empty() ? "" : " && ", s.state);
+    }
+    line(in, "if ({}) break;", all);
+    line(ind + 1, "}}");
+    line(ind, "}}");
+    for (const ScanSticky& s : P.stickies)
+        if (state_fexact_[static_cast<std::size_t>(s.state)]) line(ind, "const float sf{} = (float)s{};", s.state, s.state);
+}
+
+// The copy of the loader's next batch into the rings: thread (r, q) copies row r, columns 4q .. 4q + 3 of
+// the block's strip, as one 16-byte copy when the panels allow it.
+void Emitter::scan_loader(int ind) {
+    const ScanPlan& P = scan_;
+    line(ind, "auto fj_issue = [&]() {{");
+    const int in = ind + 1;
+    line(in, "const bool ok = fj_load_u < n_pass;");
+    line(in, "const long long r = row_begin + fj_load_u;");
+    line(in, "const unsigned d = (unsigned)(fj_load_slot * {} + fj_lc4) * 4u;", kC);
+    line(in, "const bool mirror = fj_load_slot < {};  // the ring's first rows again after its end", kR - 1);
+    for (std::size_t q = 0; q < P.ring_inputs.size(); ++q) {
+        const int slot = P.ring_inputs[q];
+        line(in, "{{");
+        line(in + 1, "const float* src = p.in{} + r * ld_in{} + fj_gcol;", slot, slot);
+        line(in + 1, "const unsigned dst = fj_ring_addr{} + d;", slot);
+        line(in + 1, "if (fj_vec) {{");
+        line(in + 2, "const int bytes = ok && fj_gcol < p.cols ? (int)min(16LL, (p.cols - fj_gcol) * 4) : 0;");
+        line(in + 2, "FJ_CP16(dst, bytes ? src : p.in{}, bytes);", slot);
+        line(in + 2, "if (mirror) FJ_CP16(dst + {}u, bytes ? src : p.in{}, bytes);", P.ring_rows * kC * 4, slot);
+        line(in + 1, "}} else {{");
+        line(in + 2, "#pragma unroll");
+        line(in + 2, "for (int e = 0; e < 4; ++e) {{");
+        line(in + 3, "const int bytes = ok && fj_gcol + e < p.cols ? 4 : 0;");
+        line(in + 3, "FJ_CP4(dst + 4u * e, bytes ? src + e : p.in{}, bytes);", slot);
+        line(in + 3, "if (mirror) FJ_CP4(dst + {}u + 4u * e, bytes ? src + e : p.in{}, bytes);", P.ring_rows * kC * 4,
+             slot);
+        line(in + 2, "}}");
+        line(in + 1, "}}");
+        line(in, "}}");
+    }
+    line(in, "fj_load_u += {};", kB);
+    line(in, "fj_load_slot = fj_load_slot >= {} ? fj_load_slot - {} : fj_load_slot + {};", P.ring_rows - kB,
+         P.ring_rows - kB, kB);
+    line(ind, "}};");
+}
+
+// One batch: the segment's rows, the scan of the segments' totals, the results.
+void Emitter::scan_batch(int ind, bool guarded) {
+    const ScanPlan& P = scan_;
+    const int QS = static_cast<int>(P.sums.size()), QC = static_cast<int>(P.counters.size());
+    guarded_ = guarded;
+    line(ind, "const int u_seg = u_batch + seg * {};  // the segment's first row in the pass", kR);
+    line(ind, "const long long t = row_begin + u_seg;");
+    line(ind, "const int s_seg = fj_slot_b + seg * {};", kR);
+    for (const auto& [slot, lag] : P.reads) {
+        if (lag == 0) line(ind, "const float* const fj_p{}_0 = fj_ring{} + s_seg * {} + lane;", slot, slot, kC);
+        else
+            line(ind, "const float* const fj_p{}_{} = fj_ring{} + (s_seg >= {} ? s_seg - {} : s_seg + {}) * {} + lane;", slot,
+                 lag, slot, lag, lag, P.ring_rows - lag, kC);
+    }
+    // Segment rows: sums from 0, counters' latest reset row.
+    for (const ScanSum& s : P.sums)
+        for (int i = 0; i < kR; ++i) line(ind, "double fj_l{}_{};", s.state, i);
+    for (const ScanCounter& c : P.counters)
+        for (int i = 0; i < kR; ++i) line(ind, "int fj_m{}_{};", c.state, i);
+    line(ind, "{{");
+    const int in = ind + 1;
+    for (const ScanSum& s : P.sums) {
+        const auto st = static_cast<std::size_t>(s.state);
+        line(in, "{} s{} = 0;  // {}", int_state_[st] ? (int32_state_[st] ? "int" : "long long") : "double", s.state,
+             comment_safe(k_.states[st].what));
+    }
+    for (const ScanCounter& c : P.counters)
+        line(in, "int fj_m{} = {};  // {}: latest reset", c.state, kNone, comment_safe(k_.states[c.state].what));
+    for (int i = 0; i < kR; ++i) {
+        line(in, "{{  // row u_seg + {}", i);
+        scan_row_loads(in + 1, i, P.in_a);
+        scan_prev_values(in + 1, i);
+        scan_sticky_values(in + 1, i, guarded, P.in_a);
+        for (std::size_t x = 0; x < k_.body.size(); ++x)
+            if (P.in_a[x]) inst(in + 1, i, x);
+        for (const ScanCounter& c : P.counters)
+            line(in + 1, "if (v{}) fj_m{} = u_seg + {};", c.cond, c.state, i);
+        for (const ScanSum& s : P.sums) line(in + 1, "fj_l{}_{} = (double)s{};", s.state, i, s.state);
+        for (const ScanCounter& c : P.counters) line(in + 1, "fj_m{}_{} = fj_m{};", c.state, i, c.state);
+        line(in, "}}");
+    }
+    for (int q = 0; q < QS; ++q) line(in, "fj_tsum[(seg * {} + {}) * {} + lane] = (double)s{};", QS, q, kC, P.sums[q].state);
+    for (int q = 0; q < QC; ++q)
+        line(in, "fj_tcnt[(seg * {} + {}) * {} + lane] = fj_m{};", QC, q, kC, P.counters[q].state);
+    line(ind, "}}");
+    line(ind, "FJ_SYNC();  // every segment's totals are written");
+    // The exclusive prefix over the segments in place, one quantity per warp; the running total through
+    // the previous batch is row {kS} of each array.
+    line(ind, "#pragma unroll 1");
+    line(ind, "for (int q = seg; q < {}; q += {}) {{", QS + QC, kS);
+    line(ind + 1, "if (q < {}) {{", QS);
+    line(ind + 2, "double* const a = fj_tsum + q * {} + lane;", kC);
+    line(ind + 2, "double run = a[{}];", kS * QS * kC);
+    line(ind + 2, "#pragma unroll");
+    line(ind + 2, "for (int k = 0; k < {}; ++k) {{ const double v = a[k * {}]; a[k * {}] = run; run += v; }}", kS, QS * kC,
+         QS * kC);
+    line(ind + 2, "a[{}] = run;", kS * QS * kC);
+    if (QC > 0) {
+        line(ind + 1, "}} else {{");
+        line(ind + 2, "int* const a = fj_tcnt + (q - {}) * {} + lane;", QS, kC);
+        line(ind + 2, "int run = a[{}];", kS * QC * kC);
+        line(ind + 2, "#pragma unroll");
+        line(ind + 2, "for (int k = 0; k < {}; ++k) {{ const int v = a[k * {}]; a[k * {}] = run; run = max(run, v); }}", kS,
+             QC * kC, QC * kC);
+        line(ind + 2, "a[{}] = run;", kS * QC * kC);
+    }
+    line(ind + 1, "}}");
+    line(ind, "}}");
+    line(ind, "FJ_SYNC();  // every prefix is written");
+    // Results: each row's states from the prefix and its partial value, then what the outputs need.
+    for (int q = 0; q < QS; ++q)
+        line(ind, "const double fj_e{} = fj_tsum[(seg * {} + {}) * {} + lane];", P.sums[q].state, QS, q, kC);
+    for (int q = 0; q < QC; ++q)
+        line(ind, "const int fj_e{} = fj_tcnt[(seg * {} + {}) * {} + lane];", P.counters[q].state, QC, q, kC);
+    for (std::size_t o = 0; o < k_.outputs.size(); ++o)
+        line(ind, "{}* const out{} = p.out{} + t * ld_out{} + j;", T_, o, o, o);
+    for (int i = 0; i < kR; ++i) {
+        line(ind, "{{  // row u_seg + {}", i);
+        scan_row_loads(ind + 1, i, P.in_c);
+        scan_prev_values(ind + 1, i);
+        scan_sticky_values(ind + 1, i, guarded, P.in_c);
+        for (const ScanSum& s : P.sums) scan_predefine(ind + 1, s.root, fmt::format("fj_e{} + fj_l{}_{}", s.state, s.state, i));
+        for (const ScanCounter& c : P.counters)
+            scan_predefine(ind + 1, c.select, fmt::format("u_seg + {} - max(fj_e{}, fj_m{}_{})", i, c.state, c.state, i));
+        for (std::size_t x = 0; x < k_.body.size(); ++x)
+            if (P.in_c[x]) inst(ind + 1, i, x);
+        line(ind, "}}");
+    }
+    guarded_ = false;
+}
+
+std::string Emitter::run_scan() {
+    scan_plan();
+    if (!scan_.ok)
+        throw BackendError(fmt::format("CUDA emitter: kernel {} cannot run as a window scan: {}", k_.name, scan_.why_not));
+    const ScanPlan& P = scan_;
+    scan_mode_ = true;
+    header();
+    line(0, "// Window scan (cuda_scan_emit.cpp): {} columns per block, {} rows per batch in {} segments, rings of {} rows.",
+         kC, kB, kS, P.ring_rows);
+    line(0, "#ifndef FJ_CP16");
+    line(0, "#define FJ_CP16(dst, src, n) asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\" :: \"r\"(dst), \"l\"(src), \"r\"(n) : \"memory\")");
+    line(0, "#define FJ_CP4(dst, src, n) asm volatile(\"cp.async.ca.shared.global [%0], [%1], 4, %2;\" :: \"r\"(dst), \"l\"(src), \"r\"(n) : \"memory\")");
+    line(0, "#define FJ_CP_COMMIT() asm volatile(\"cp.async.commit_group;\" ::: \"memory\")");
+    line(0, "#define FJ_CP_WAIT(n) asm volatile(\"cp.async.wait_group %0;\" :: \"n\"(n) : \"memory\")");
+    line(0, "#define FJ_SMEM_DECL extern __shared__ __align__(16) unsigned char fj_smem[]");
+    line(0, "#define FJ_SHARED_ADDR(p) ((unsigned)__cvta_generic_to_shared(p))");
+    line(0, "#define FJ_SYNC() __syncthreads()");
+    line(0, "#define FJ_SYNC_AND(p) __syncthreads_and(p)");
+    line(0, "#endif");
+    line(0, "extern \"C\" __global__ void __launch_bounds__({}, 2) {}(const fj_params_{} p) {{", kC * kS, name_, name_);
+    const int QS = static_cast<int>(P.sums.size()), QC = static_cast<int>(P.counters.size());
+    const std::size_t ni = k_.inputs.size(), no = k_.outputs.size();
+    if (o_.strides.size() != ni + no)
+        throw BackendError(fmt::format("CUDA emitter: kernel {}: {} fixed strides for {} panels", k_.name,
+                                       o_.strides.size(), ni + no));
+    line(1, "FJ_SMEM_DECL;");
+    const int ring_floats = (P.ring_rows + kR) * kC;
+    for (std::size_t q = 0; q < P.ring_inputs.size(); ++q) {
+        const int slot = P.ring_inputs[q];
+        line(1, "float* const fj_ring{} = reinterpret_cast<float*>(fj_smem) + {};  // rows by the pass's row modulo {}", slot,
+             static_cast<int>(q) * ring_floats, P.ring_rows);
+        line(1, "const unsigned fj_ring_addr{} = FJ_SHARED_ADDR(fj_ring{});", slot, slot);
+    }
+    line(1, "double* const fj_tsum = reinterpret_cast<double*>(reinterpret_cast<float*>(fj_smem) + {});  // [{} + 1][{}][{}]",
+         static_cast<int>(P.ring_inputs.size()) * ring_floats, kS, QS, kC);
+    line(1, "int* const fj_tcnt = reinterpret_cast<int*>(fj_tsum + {});  // [{} + 1][{}][{}]", (kS + 1) * QS * kC, kS, QC, kC);
+    line(1, "const int lane = threadIdx.x & {}, seg = threadIdx.x >> 5;", kC - 1);
+    line(1, "const long long j = (long long)blockIdx.x * {} + lane;", kC);
+    line(1, "const bool fj_active = j < p.cols;");
+    line(1, "const int fj_lrow = threadIdx.x >> 3, fj_lc4 = (threadIdx.x & 7) * 4;  // the loader's row and columns");
+    line(1, "const long long fj_gcol = (long long)blockIdx.x * {} + fj_lc4;", kC);
+    for (std::size_t i = 0; i < ni; ++i) line(1, "const long long ld_in{} = {}LL;", i, o_.strides[i]);
+    for (std::size_t i = 0; i < no; ++i) line(1, "const long long ld_out{} = {}LL;", i, o_.strides[ni + i]);
+    // 16-byte copies need 16-byte aligned rows: leading dimensions of 4k elements and aligned panels.
+    std::string vec = "true";
+    for (int slot : P.ring_inputs) {
+        if (o_.strides[static_cast<std::size_t>(slot)] % 4 != 0) vec = "false";
+        else vec += fmt::format(" && ((unsigned long long)p.in{} & 15) == 0", slot);
+    }
+    line(1, "const bool fj_vec = {};", vec);
+    line(1, "for (long long tile = blockIdx.y; tile < p.ntiles; tile += gridDim.y) {{");
+    line(2, "const long long out_begin = tile * p.tile_rows;");
+    line(2, "const long long row_end = out_begin + p.tile_rows < p.rows ? out_begin + p.tile_rows : p.rows;");
+    const int halo = std::max(0, k_.halo);
+    line(2, "const long long row_begin = out_begin > {} ? out_begin - {} : 0;", halo, halo);
+    line(2, "const int n_pass = (int)(row_end - row_begin), first_out = (int)(out_begin - row_begin);");
+    line(2, "const int nb = (n_pass + {}) / {};", kB - 1, kB);
+    scan_prescan(2);
+    line(2, "FJ_SYNC();  // the previous pass is done with the rings and the totals");
+    for (int q = 0; q < QS; ++q)
+        line(2, "if (seg == {}) fj_tsum[{} + lane] = {};", q % kS, (kS * QS + q) * kC, lit(k_.states[P.sums[q].state].init));
+    for (int q = 0; q < QC; ++q)
+        line(2, "if (seg == {}) fj_tcnt[{} + lane] = {};", (QS + q) % kS, (kS * QC + q) * kC,
+             -static_cast<long long>(k_.states[P.counters[q].state].init) - 1);
+    line(2, "int fj_load_u = fj_lrow, fj_load_slot = fj_lrow;");
+    scan_loader(2);
+    for (int b = 0; b < kP; ++b) {
+        line(2, "if ({} < nb) fj_issue();", b);
+        line(2, "FJ_CP_COMMIT();");
+    }
+    line(2, "int fj_slot_b = 0;");
+    line(2, "#pragma unroll 1");
+    line(2, "for (int b = 0; b < nb; ++b) {{");
+    line(3, "const int u_batch = b * {};", kB);
+    line(3, "FJ_CP_WAIT({});", kP - 1);
+    std::string set = "true";
+    for (const ScanSticky& s : P.stickies) set += fmt::format(" && fj_first{} <= u_batch", s.state);
+    line(3, "// The batch has landed for every thread, every thread is done with the batch before it, and:");
+    line(3, "const bool fj_all_set = FJ_SYNC_AND({});  // every column's first values are set", set);
+    line(3, "if (b + {} < nb) fj_issue();", kP);
+    line(3, "FJ_CP_COMMIT();");
+    line(3, "if (fj_all_set && u_batch >= {} && u_batch >= first_out && u_batch + {} <= n_pass) {{", P.reach, kB);
+    scan_batch(4, false);
+    line(3, "}} else {{");
+    scan_batch(4, true);
+    line(3, "}}");
+    line(3, "fj_slot_b = fj_slot_b + {} == {} ? 0 : fj_slot_b + {};", kB, P.ring_rows, kB);
+    line(2, "}}");
+    line(2, "FJ_CP_WAIT(0);");
+    line(1, "}}");
+    line(0, "}}");
+    scan_mode_ = false;
+    return std::move(s_);
+}
+
+}  // namespace fj::codegen::detail
