@@ -462,7 +462,7 @@ int profile_child() {
     generate(a.p, b.p, T, N, 3);
     fj::CompileOptions o;
     o.backend = fj::Backend::Cuda;
-    fj::Program p = fj::compile({{"c", corr_w(20)}}, o);
+    fj::Program p = fj::compile({{"c", corr_w(static_cast<int>(env_or("FJ_PROFILE_W", 20)))}}, o);
     for (int i = 0; i < 3; ++i)
         p.run({{"A", fj::Panel::device(a.p, T, N, N, fj::DType::F32)}, {"B", fj::Panel::device(b.p, T, N, N, fj::DType::F32)}},
               {{"c", fj::Panel::device(out.p, T, N, N, fj::DType::F32)}});

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where the headline kernel's warps stall, per SASS instruction (one visit to the GPU machine, after
 # bench/gpu_run.sh has built build-gpu/): ncu samples corr w=20 on 10,000 x 10,000 float32 (the kernel big
-# panels get; FJ_PROFILE_ROWS / FJ_PROFILE_COLS set another shape), then the instructions with the most
+# panels get; FJ_PROFILE_ROWS / FJ_PROFILE_COLS set another shape, FJ_PROFILE_W another window), then the instructions with the most
 # stall samples are printed with their stall reasons.
 #   bench/gpu_stalls.sh [N]   (N: how many instructions to list, default 40)
 set -uo pipefail
@@ -39,6 +39,10 @@ body = [r for r in rows[1:] if len(r) > tot and r[tot].replace(',', '').replace(
 body.sort(key=lambda r: -float(r[tot].replace(',', '')))
 total = sum(float(r[tot].replace(',', '')) for r in body)
 print(f"total samples {total:.0f}")
+ex = col("Instructions Executed") or col("Warp Instructions Executed")
+if ex is not None:
+    n_inst = sum(float(r[ex].replace(',', '') or 0) for r in body)
+    print(f"warp instructions executed {n_inst:.4g}")
 # Where the time goes by loop: samples between consecutive branches (the regions of the pass), in code order.
 seg, first = 0.0, None
 print("samples by code region (between branches, regions with >= 0.5 % of the samples):")

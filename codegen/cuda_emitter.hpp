@@ -173,7 +173,7 @@ private:
     void scan_prescan(int ind);
     void scan_loader(int ind);
     void scan_batch(int ind, bool guarded);
-    void scan_row_loads(int ind, int i, const std::vector<bool>& phase);
+    void scan_segment_loads(int ind, const std::vector<bool>& phase);
     void scan_prev_values(int ind, int i);
     void scan_predefine(int ind, std::int32_t i, const std::string& expr);
     void scan_sticky_values(int ind, int i, bool guarded, const std::vector<bool>& phase);

@@ -247,21 +247,24 @@ void Emitter::scan_predefine(int ind, std::int32_t i, const std::string& expr) {
     }
 }
 
-// Row i of the segment: the ring values `phase` reads, NaN before the pass in guarded batches.
-void Emitter::scan_row_loads(int ind, int i, const std::vector<bool>& phase) {
+// The ring values `phase` reads in the segment's rows, each row once (a row read at two lags, or as a
+// previous value and as this row's, is one load), NaN before the pass in guarded batches.
+void Emitter::scan_segment_loads(int ind, const std::vector<bool>& phase) {
     std::set<std::pair<int, int>> want;  // (input, lag)
     for (std::size_t x = 0; x < k_.body.size(); ++x)
         if (phase[x] && k_.body[x].op == Prim::Input) want.insert({k_.body[x].slot, k_.body[x].lag});
     for (const ScanPrev& p : scan_.prevs) want.insert({p.input, p.lag + 1});
-    std::set<int> done;
-    for (const auto& [slot, lag] : want) {
-        const std::string name = load_name(slot, i - lag);
-        const std::string at = fmt::format("fj_p{}_{}[{}]", slot, lag, i * kC);
-        if (guarded_ && lag > i)
-            line(ind, "const float {} = u_seg >= {} ? {} : __int_as_float(0x7fc00000);", name, lag - i, at);
-        else
-            line(ind, "const float {} = {};", name, at);
-    }
+    std::set<std::pair<int, int>> done;  // (input, row offset in the segment)
+    for (const auto& [slot, lag] : want)
+        for (int i = 0; i < kR; ++i) {
+            const int off = i - lag;
+            if (!done.insert({slot, off}).second) continue;
+            const std::string name = load_name(slot, off), at = fmt::format("fj_p{}_{}[{}]", slot, lag, i * kC);
+            if (guarded_ && off < 0)
+                line(ind, "const float {} = u_seg >= {} ? {} : __int_as_float(0x7fc00000);", name, -off, at);
+            else
+                line(ind, "const float {} = {};", name, at);
+        }
 }
 
 // Previous values of row i: the input one row further back, the state's init on the pass's first row.
@@ -326,38 +329,40 @@ void Emitter::scan_prescan(int ind) {
 }
 
 // The copy of the loader's next batch into the rings: thread (r, q) copies row r, columns 4q .. 4q + 3 of
-// the block's strip, as one 16-byte copy when the panels allow it.
+// the block's strip, as one 16-byte copy when the panels allow it. Its source pointers and ring offset step
+// by a batch per copy (set per pass before the first).
 void Emitter::scan_loader(int ind) {
     const ScanPlan& P = scan_;
+    line(ind, "int fj_load_u = fj_lrow, fj_load_slot = fj_lrow;");
+    line(ind, "unsigned fj_dst = (unsigned)(fj_lrow * {} + fj_lc4) * 4u;  // bytes into a ring", kC);
+    for (int slot : P.ring_inputs)
+        line(ind, "const float* fj_src{} = p.in{} + (row_begin + fj_lrow) * ld_in{} + fj_gcol;", slot, slot, slot);
     line(ind, "auto fj_issue = [&]() {{");
     const int in = ind + 1;
     line(in, "const bool ok = fj_load_u < n_pass;");
-    line(in, "const long long r = row_begin + fj_load_u;");
-    line(in, "const unsigned d = (unsigned)(fj_load_slot * {} + fj_lc4) * 4u;", kC);
+    line(in, "const int bytes = ok ? fj_col_bytes : 0;");
     line(in, "const bool mirror = fj_load_slot < {};  // the ring's first rows again after its end", kR - 1);
-    for (std::size_t q = 0; q < P.ring_inputs.size(); ++q) {
-        const int slot = P.ring_inputs[q];
-        line(in, "{{");
-        line(in + 1, "const float* src = p.in{} + r * ld_in{} + fj_gcol;", slot, slot);
-        line(in + 1, "const unsigned dst = fj_ring_addr{} + d;", slot);
-        line(in + 1, "if (fj_vec) {{");
-        line(in + 2, "const int bytes = ok && fj_gcol < p.cols ? (int)min(16LL, (p.cols - fj_gcol) * 4) : 0;");
-        line(in + 2, "FJ_CP16(dst, bytes ? src : p.in{}, bytes);", slot);
-        line(in + 2, "if (mirror) FJ_CP16(dst + {}u, bytes ? src : p.in{}, bytes);", P.ring_rows * kC * 4, slot);
-        line(in + 1, "}} else {{");
-        line(in + 2, "#pragma unroll");
-        line(in + 2, "for (int e = 0; e < 4; ++e) {{");
-        line(in + 3, "const int bytes = ok && fj_gcol + e < p.cols ? 4 : 0;");
-        line(in + 3, "FJ_CP4(dst + 4u * e, bytes ? src + e : p.in{}, bytes);", slot);
-        line(in + 3, "if (mirror) FJ_CP4(dst + {}u + 4u * e, bytes ? src + e : p.in{}, bytes);", P.ring_rows * kC * 4,
-             slot);
-        line(in + 2, "}}");
+    const int ring_bytes = P.ring_rows * kC * 4;
+    for (int slot : P.ring_inputs) {
+        line(in, "if (fj_vec) {{");
+        line(in + 1, "FJ_CP16(fj_ring_addr{} + fj_dst, bytes ? fj_src{} : p.in{}, bytes);", slot, slot, slot);
+        line(in + 1, "if (mirror) FJ_CP16(fj_ring_addr{} + fj_dst + {}u, bytes ? fj_src{} : p.in{}, bytes);", slot, ring_bytes,
+             slot, slot);
+        line(in, "}} else {{");
+        line(in + 1, "#pragma unroll");
+        line(in + 1, "for (int e = 0; e < 4; ++e) {{");
+        line(in + 2, "const int b4 = ok && 4 * e < fj_col_bytes ? 4 : 0;");
+        line(in + 2, "FJ_CP4(fj_ring_addr{} + fj_dst + 4u * e, b4 ? fj_src{} + e : p.in{}, b4);", slot, slot, slot);
+        line(in + 2, "if (mirror) FJ_CP4(fj_ring_addr{} + fj_dst + {}u + 4u * e, b4 ? fj_src{} + e : p.in{}, b4);", slot,
+             ring_bytes, slot, slot);
         line(in + 1, "}}");
         line(in, "}}");
+        line(in, "fj_src{} += {}LL * ld_in{};", slot, kB, slot);
     }
     line(in, "fj_load_u += {};", kB);
-    line(in, "fj_load_slot = fj_load_slot >= {} ? fj_load_slot - {} : fj_load_slot + {};", P.ring_rows - kB,
-         P.ring_rows - kB, kB);
+    line(in, "if (fj_load_slot >= {}) fj_load_slot -= {}, fj_dst -= {}u;", P.ring_rows - kB, P.ring_rows - kB,
+         (P.ring_rows - kB) * kC * 4);
+    line(in, "else fj_load_slot += {}, fj_dst += {}u;", kB, kB * kC * 4);
     line(ind, "}};");
 }
 
@@ -389,9 +394,9 @@ void Emitter::scan_batch(int ind, bool guarded) {
     }
     for (const ScanCounter& c : P.counters)
         line(in, "int fj_m{} = {};  // {}: latest reset", c.state, kNone, comment_safe(k_.states[c.state].what));
+    scan_segment_loads(in, P.in_a);
     for (int i = 0; i < kR; ++i) {
         line(in, "{{  // row u_seg + {}", i);
-        scan_row_loads(in + 1, i, P.in_a);
         scan_prev_values(in + 1, i);
         scan_sticky_values(in + 1, i, guarded, P.in_a);
         for (std::size_t x = 0; x < k_.body.size(); ++x)
@@ -437,9 +442,9 @@ void Emitter::scan_batch(int ind, bool guarded) {
         line(ind, "const int fj_e{} = fj_tcnt[(seg * {} + {}) * {} + lane];", P.counters[q].state, QC, q, kC);
     for (std::size_t o = 0; o < k_.outputs.size(); ++o)
         line(ind, "{}* const out{} = p.out{} + t * ld_out{} + j;", T_, o, o, o);
+    scan_segment_loads(ind, P.in_c);
     for (int i = 0; i < kR; ++i) {
         line(ind, "{{  // row u_seg + {}", i);
-        scan_row_loads(ind + 1, i, P.in_c);
         scan_prev_values(ind + 1, i);
         scan_sticky_values(ind + 1, i, guarded, P.in_c);
         for (const ScanSum& s : P.sums) scan_predefine(ind + 1, s.root, fmt::format("fj_e{} + fj_l{}_{}", s.state, s.state, i));
@@ -502,6 +507,7 @@ std::string Emitter::run_scan() {
         else vec += fmt::format(" && ((unsigned long long)p.in{} & 15) == 0", slot);
     }
     line(1, "const bool fj_vec = {};", vec);
+    line(1, "const int fj_col_bytes = (int)max(0LL, min(16LL, (p.cols - fj_gcol) * 4));  // of the loader's 4 columns");
     line(1, "for (long long tile = blockIdx.y; tile < p.ntiles; tile += gridDim.y) {{");
     line(2, "const long long out_begin = tile * p.tile_rows;");
     line(2, "const long long row_end = out_begin + p.tile_rows < p.rows ? out_begin + p.tile_rows : p.rows;");
@@ -516,7 +522,6 @@ std::string Emitter::run_scan() {
     for (int q = 0; q < QC; ++q)
         line(2, "if (seg == {}) fj_tcnt[{} + lane] = {};", (QS + q) % kS, (kS * QC + q) * kC,
              -static_cast<long long>(k_.states[P.counters[q].state].init) - 1);
-    line(2, "int fj_load_u = fj_lrow, fj_load_slot = fj_lrow;");
     scan_loader(2);
     for (int b = 0; b < kP; ++b) {
         line(2, "if ({} < nb) fj_issue();", b);
