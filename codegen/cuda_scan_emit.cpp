@@ -215,6 +215,10 @@ void Emitter::scan_plan() {
     }
     std::set<int> ring_set;
     for (const auto& [slot, lag] : P.reads) ring_set.insert(slot);
+    for (int slot : ring_set)
+        if (o_.strides[static_cast<std::size_t>(slot)] % 4 != 0)
+            return fail(fmt::format("input {}'s leading dimension {} is not a multiple of 4 (16-byte copies)", slot,
+                                    o_.strides[static_cast<std::size_t>(slot)]));
     P.ring_inputs.assign(ring_set.begin(), ring_set.end());
     P.ring_rows = (P.reach + (kP + 1) * kB + kB - 1) / kB * kB;
     const std::size_t ring_bytes = static_cast<std::size_t>(P.ring_rows + kR) * kC * sizeof(float);
@@ -329,8 +333,8 @@ void Emitter::scan_prescan(int ind) {
 }
 
 // The copy of the loader's next batch into the rings: thread (r, q) copies row r, columns 4q .. 4q + 3 of
-// the block's strip, as one 16-byte copy when the panels allow it. Its source pointers and ring offset step
-// by a batch per copy (set per pass before the first).
+// the block's strip, one 16-byte copy (a partial one at the panel's last columns). Its source pointers and
+// ring offset step by a batch per copy (set per pass before the first).
 void Emitter::scan_loader(int ind) {
     const ScanPlan& P = scan_;
     line(ind, "int fj_load_u = fj_lrow, fj_load_slot = fj_lrow;");
@@ -344,19 +348,9 @@ void Emitter::scan_loader(int ind) {
     line(in, "const bool mirror = fj_load_slot < {};  // the ring's first rows again after its end", kR - 1);
     const int ring_bytes = P.ring_rows * kC * 4;
     for (int slot : P.ring_inputs) {
-        line(in, "if (fj_vec) {{");
-        line(in + 1, "FJ_CP16(fj_ring_addr{} + fj_dst, bytes ? fj_src{} : p.in{}, bytes);", slot, slot, slot);
-        line(in + 1, "if (mirror) FJ_CP16(fj_ring_addr{} + fj_dst + {}u, bytes ? fj_src{} : p.in{}, bytes);", slot, ring_bytes,
+        line(in, "FJ_CP16(fj_ring_addr{} + fj_dst, bytes ? fj_src{} : p.in{}, bytes);", slot, slot, slot);
+        line(in, "if (mirror) FJ_CP16(fj_ring_addr{} + fj_dst + {}u, bytes ? fj_src{} : p.in{}, bytes);", slot, ring_bytes,
              slot, slot);
-        line(in, "}} else {{");
-        line(in + 1, "#pragma unroll");
-        line(in + 1, "for (int e = 0; e < 4; ++e) {{");
-        line(in + 2, "const int b4 = ok && 4 * e < fj_col_bytes ? 4 : 0;");
-        line(in + 2, "FJ_CP4(fj_ring_addr{} + fj_dst + 4u * e, b4 ? fj_src{} + e : p.in{}, b4);", slot, slot, slot);
-        line(in + 2, "if (mirror) FJ_CP4(fj_ring_addr{} + fj_dst + {}u + 4u * e, b4 ? fj_src{} + e : p.in{}, b4);", slot,
-             ring_bytes, slot, slot);
-        line(in + 1, "}}");
-        line(in, "}}");
         line(in, "fj_src{} += {}LL * ld_in{};", slot, kB, slot);
     }
     line(in, "fj_load_u += {};", kB);
@@ -373,13 +367,9 @@ void Emitter::scan_batch(int ind, bool guarded) {
     guarded_ = guarded;
     line(ind, "const int u_seg = u_batch + seg * {};  // the segment's first row in the pass", kR);
     line(ind, "const long long t = row_begin + u_seg;");
-    line(ind, "const int s_seg = fj_slot_b + seg * {};", kR);
-    for (const auto& [slot, lag] : P.reads) {
-        if (lag == 0) line(ind, "const float* const fj_p{}_0 = fj_ring{} + s_seg * {} + lane;", slot, slot, kC);
-        else
-            line(ind, "const float* const fj_p{}_{} = fj_ring{} + (s_seg >= {} ? s_seg - {} : s_seg + {}) * {} + lane;", slot,
-                 lag, slot, lag, lag, P.ring_rows - lag, kC);
-    }
+    for (const auto& [slot, lag] : P.reads)
+        line(ind, "const float* const fj_p{}_{} = reinterpret_cast<const float*>(reinterpret_cast<const unsigned char*>(fj_ring{}) + fj_o{});",
+             slot, lag, slot, lag);
     // Segment rows: sums from 0, counters' latest reset row.
     for (const ScanSum& s : P.sums)
         for (int i = 0; i < kR; ++i) line(ind, "double fj_l{}_{};", s.state, i);
@@ -440,8 +430,7 @@ void Emitter::scan_batch(int ind, bool guarded) {
         line(ind, "const double fj_e{} = fj_tsum[(seg * {} + {}) * {} + lane];", P.sums[q].state, QS, q, kC);
     for (int q = 0; q < QC; ++q)
         line(ind, "const int fj_e{} = fj_tcnt[(seg * {} + {}) * {} + lane];", P.counters[q].state, QC, q, kC);
-    for (std::size_t o = 0; o < k_.outputs.size(); ++o)
-        line(ind, "{}* const out{} = p.out{} + t * ld_out{} + j;", T_, o, o, o);
+    for (std::size_t o = 0; o < k_.outputs.size(); ++o) line(ind, "{}* const out{} = fj_out{};", T_, o, o);
     scan_segment_loads(ind, P.in_c);
     for (int i = 0; i < kR; ++i) {
         line(ind, "{{  // row u_seg + {}", i);
@@ -500,13 +489,8 @@ std::string Emitter::run_scan() {
     line(1, "const long long fj_gcol = (long long)blockIdx.x * {} + fj_lc4;", kC);
     for (std::size_t i = 0; i < ni; ++i) line(1, "const long long ld_in{} = {}LL;", i, o_.strides[i]);
     for (std::size_t i = 0; i < no; ++i) line(1, "const long long ld_out{} = {}LL;", i, o_.strides[ni + i]);
-    // 16-byte copies need 16-byte aligned rows: leading dimensions of 4k elements and aligned panels.
-    std::string vec = "true";
-    for (int slot : P.ring_inputs) {
-        if (o_.strides[static_cast<std::size_t>(slot)] % 4 != 0) vec = "false";
-        else vec += fmt::format(" && ((unsigned long long)p.in{} & 15) == 0", slot);
-    }
-    line(1, "const bool fj_vec = {};", vec);
+    // 16-byte copies: the panels' rows are 16-byte aligned (scan_plan() asks for leading dimensions of 4k
+    // elements; the runtime runs the column scan instead on panels that are not aligned).
     line(1, "const int fj_col_bytes = (int)max(0LL, min(16LL, (p.cols - fj_gcol) * 4));  // of the loader's 4 columns");
     line(1, "for (long long tile = blockIdx.y; tile < p.ntiles; tile += gridDim.y) {{");
     line(2, "const long long out_begin = tile * p.tile_rows;");
@@ -527,7 +511,15 @@ std::string Emitter::run_scan() {
         line(2, "if ({} < nb) fj_issue();", b);
         line(2, "FJ_CP_COMMIT();");
     }
-    line(2, "int fj_slot_b = 0;");
+    // Per lag read, the byte offset in a ring of this warp's segment's first row read at that lag and of
+    // this lane's column; and this segment's first output row; both stepped by a batch.
+    std::set<int> lags;
+    for (const auto& [slot, lag] : P.reads) lags.insert(lag);
+    for (int lag : lags)
+        line(2, "unsigned fj_o{} = (unsigned)(((seg * {} >= {} ? seg * {} - {} : seg * {} + {}) * {} + lane) * 4);", lag, kR, lag,
+             kR, lag, kR, P.ring_rows - lag, kC);
+    for (std::size_t o = 0; o < no; ++o)
+        line(2, "{}* fj_out{} = p.out{} + (row_begin + seg * {}) * ld_out{} + j;", T_, o, o, kR, o);
     line(2, "#pragma unroll 1");
     line(2, "for (int b = 0; b < nb; ++b) {{");
     line(3, "const int u_batch = b * {};", kB);
@@ -543,7 +535,10 @@ std::string Emitter::run_scan() {
     line(3, "}} else {{");
     scan_batch(4, true);
     line(3, "}}");
-    line(3, "fj_slot_b = fj_slot_b + {} == {} ? 0 : fj_slot_b + {};", kB, P.ring_rows, kB);
+    for (int lag : lags)
+        line(3, "fj_o{} = fj_o{} >= {}u ? fj_o{} - {}u : fj_o{} + {}u;", lag, lag, (P.ring_rows - kB) * kC * 4, lag,
+             (P.ring_rows - kB) * kC * 4, lag, kB * kC * 4);
+    for (std::size_t o = 0; o < no; ++o) line(3, "fj_out{} += {}LL * ld_out{};", o, kB, o);
     line(2, "}}");
     line(2, "FJ_CP_WAIT(0);");
     line(1, "}}");

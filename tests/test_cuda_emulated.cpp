@@ -302,8 +302,18 @@ TEST_CASE("window-scan kernels, run on the host, match the reference") {
     programs.push_back(fused);
     std::vector<fj::codegen::Plan> plans;
     for (const auto& p : programs) plans.push_back(fj::codegen::make_plan(p, dtype));
-    // ld 41: 4-byte copies; ld 40: 16-byte ones (rows 160 bytes apart).
-    for (long long ld : {41LL, 40LL}) {
+    // Rows are copied 16 bytes at a time: leading dimensions of 4k elements only (the last 4-column group of
+    // the 37 is a partial copy).
+    {
+        fj::codegen::CudaEmitOptions o;
+        o.strides = {41, 41, 41};
+        std::string why;
+        CHECK(fj::codegen::cuda_window_scan_smem(plans[0].regions[0].kernel, o, &why) == 0);
+        const fj::codegen::Plan corr = fj::codegen::make_plan({{"c", fj::corr(window(A, 45), window(B, 45))}}, dtype);
+        CHECK(fj::codegen::cuda_window_scan_smem(corr.regions[0].kernel, o, &why) == 0);
+        CHECK(why.find("not a multiple of 4") != std::string::npos);
+    }
+    for (long long ld : {40LL, 44LL}) {
         CAPTURE(ld);
         std::vector<const fj::ir::Kernel*> kernels;
         std::vector<std::size_t> index;  // kernel -> its program

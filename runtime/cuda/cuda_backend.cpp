@@ -232,14 +232,17 @@ struct KernelInfo {  // one kernel of an executable
     std::vector<ArgRef> in_refs, out_refs;
     // The same kernel specialised on the leading dimensions of the last big run (see kSpecializeElements).
     std::shared_ptr<const LoadedKernel> fixed;
+    std::shared_ptr<const LoadedKernel> fixed_column;  // when `fixed` is a window scan: the column scan, for
+                                                       // panels whose rows are not 16-byte aligned
     std::vector<long long> fixed_strides;
     CacheSource fixed_source = CacheSource::Compiled;
     double fixed_ms = 0;
 };
 
-// Gives the kernel specialised on `strides`, from the caches or compiled now (CacheResult: how).
+// Gives the kernel specialised on `strides`, from the caches or compiled now (CacheResult: how);
+// column_only: a column scan even where the settings would give a window scan.
 using Specializer = std::function<std::shared_ptr<const LoadedKernel>(const ir::Kernel&, const std::vector<long long>&,
-                                                                      CacheSource*, double*)>;
+                                                                      bool column_only, CacheSource*, double*)>;
 
 class CudaBackend;
 
@@ -386,8 +389,23 @@ const LoadedKernel& CudaExecutable::kernel_for_run(std::size_t i, std::int64_t r
     for (const ArgRef& r : k.in_refs) strides.push_back(view(r).ld);
     for (const ArgRef& r : k.out_refs) strides.push_back(view(r).ld);
     if (!k.fixed || strides != k.fixed_strides) {
-        k.fixed = specialize_(k.kernel, strides, &k.fixed_source, &k.fixed_ms);
+        k.fixed = specialize_(k.kernel, strides, false, &k.fixed_source, &k.fixed_ms);
+        k.fixed_column.reset();
         k.fixed_strides = strides;
+    }
+    if (k.fixed->block_smem > 0) {
+        // A window scan copies rows 16 bytes at a time (its leading dimensions are multiples of 4 elements):
+        // panels that do not start on 16 bytes, rare outside views at odd column offsets, get the column scan.
+        bool aligned = true;
+        for (const ArgRef& r : k.in_refs) aligned = aligned && view(r).ptr % 16 == 0;
+        if (!aligned) {
+            if (!k.fixed_column) {
+                CacheSource source;
+                double ms = 0;
+                k.fixed_column = specialize_(k.kernel, strides, true, &source, &ms);
+            }
+            return *k.fixed_column;
+        }
     }
     return *k.fixed;
 }
@@ -638,9 +656,10 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
         kernels[i].loaded = it->second;
     }
     const CudaSettings fixed_settings = specialised_settings(settings);
-    Specializer specialize = [this, dtype, settings = fixed_settings](const ir::Kernel& k,
-                                                                      const std::vector<long long>& strides,
-                                                                      CacheSource* source, double* ms) {
+    Specializer specialize = [this, dtype, fixed_settings](const ir::Kernel& k, const std::vector<long long>& strides,
+                                                           bool column_only, CacheSource* source, double* ms) {
+        CudaSettings settings = fixed_settings;
+        if (column_only) settings.window_scan = 0;
         const std::string key = cuda_kernel_key(k, dtype, target_.arch, target_.cubin, settings, strides);
         {
             std::lock_guard<std::mutex> lock(mutex_);
