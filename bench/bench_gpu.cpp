@@ -322,7 +322,8 @@ std::pair<fj::Expr, int> sweep_expr(const std::string& op, int w) {
     if (op == "min") return {fj::min(fj::window(A, w)), 1};
     if (op == "std") return {fj::std(fj::window(A, w)), 1};
     if (op == "mean") return {fj::mean(fj::window(A, w)), 1};
-    throw std::runtime_error("FJ_BENCH_SWEEP: op=" + op + " is not one of corr max min std mean");
+    if (op == "cov") return {fj::cov(fj::window(A, w), fj::window(fj::input("B"), w)), 2};
+    throw std::runtime_error("FJ_BENCH_SWEEP: op=" + op + " is not one of corr cov max min std mean");
 }
 
 void setenv_or_unset(const char* name, const std::string& v) {
