@@ -331,6 +331,17 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         CHECK(scan.block_smem == 2 * (352 + 4) * 32 * 4 + 9 * 32 * (5 * 8 + 3 * 4));
         CHECK(scan.source.find("rings of 352 rows") != std::string::npos);
         CHECK(scan.key != long_window.key);
+        // With one long-window input the column scan stays (it measured faster: kWindowScanMinInputs), and
+        // so it does for short windows; FJ_CUDA_WINDOW_SCAN=1 asks for a window scan wherever one can be.
+        const fj::codegen::Plan one = fj::codegen::make_plan({{"o", fj::std(fj::window(A, 300))}});
+        CHECK(cu::long_window_inputs(one.regions[0].kernel) == 1);
+        CHECK(specialised(one, cu::CudaSettings{}).block_smem == 0);
+        cu::CudaSettings always;
+        always.window_scan = 1;
+        CHECK(specialised(one, always).block_smem > 0);
+        const fj::codegen::Plan short_corr = fj::codegen::make_plan({{"o", fj::corr(fj::window(A, 100), fj::window(B, 100))}});
+        CHECK(cu::long_window_inputs(short_corr.regions[0].kernel) == 0);
+        CHECK(specialised(short_corr, cu::CudaSettings{}).block_smem == 0);
     }
 
     SUBCASE("loads staged in shared memory (cp.async)") {

@@ -8,6 +8,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -94,6 +95,13 @@ std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::st
                                           settings.cache_hints, settings.warm_rows, settings.window_scan));
 }
 
+int long_window_inputs(const ir::Kernel& kernel) {
+    std::set<std::int32_t> slots;
+    for (const ir::Inst& x : kernel.body)
+        if (x.op == ir::Prim::Input && x.lag >= kWindowScanMinLag) slots.insert(x.slot);
+    return static_cast<int>(slots.size());
+}
+
 codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype, const CudaSettings& settings,
                                            const std::vector<long long>& strides) {
     codegen::CudaEmitOptions eo;
@@ -109,7 +117,7 @@ codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype
     eo.max_threads = settings.launch_bounds;
     eo.warm_only_rows = settings.warm_rows;
     eo.cache_hints = settings.cache_hints >= 0 ? settings.cache_hints == 1 : kernel.max_input_lag >= kCacheHintMinLag;
-    if (settings.window_scan == 1 || (settings.window_scan == -1 && kernel.max_input_lag >= kWindowScanMinLag)) {
+    if (settings.window_scan == 1 || (settings.window_scan == -1 && long_window_inputs(kernel) >= kWindowScanMinInputs)) {
         codegen::CudaEmitOptions scan = eo;
         scan.window_scan = true;
         if (codegen::cuda_window_scan_smem(kernel, scan) > 0) return scan;

@@ -24,8 +24,8 @@
 //   FJ_CUDA_CACHE_HINTS 1: those kernels give L2 eviction hints (keep rows read again), 0: not;
 //                       default: those reading rows kCacheHintMinLag or more rows back
 //   FJ_CUDA_WINDOW_SCAN 1: kernels specialised on leading dimensions are window-scan kernels wherever
-//                       they can be (codegen/cuda_emit.hpp), 0: never; default: those reading rows
-//                       kWindowScanMinLag or more rows back
+//                       they can be (codegen/cuda_emit.hpp), 0: never; default: those reading
+//                       kWindowScanMinInputs or more inputs kWindowScanMinLag or more rows back
 //   FJ_CUDA_BIG_BODY_SHAPES  1: big fused kernels get the shapes ptxas miscompiled (diagnosis)
 //   FJ_NVRTC_OPTIONS    extra NVRTC options, space-separated (e.g. "-Xptxas -O1"; diagnosis)
 //   FJ_CUDA_SMEM        unused dynamic shared memory per block, in bytes (default 0): caps the blocks
@@ -67,10 +67,16 @@ inline constexpr int kSpecializedLoopCopies = 1;
 // 15.7-16.2 ms). Not for short ones, whose re-reads hit L2 anyway (corr w=20 in three visits: 9.18, 8.56
 // and 8.74 ms with them against 8.84, 8.81 and 8.72 without: no consistent gain).
 inline constexpr int kCacheHintMinLag = 64;
-// Kernels specialised on leading dimensions that read rows this many rows back or more are window-scan
-// kernels where they can be (the whole window on chip: codegen/cuda_emit.hpp). Their time does not
-// depend on the window; the column scan's grows once the windows in flight overflow L2 (bench/RESULTS.md).
+// Kernels specialised on leading dimensions that read kWindowScanMinInputs or more inputs kWindowScanMinLag
+// or more rows back are window-scan kernels where they can be (the whole window on chip:
+// codegen/cuda_emit.hpp). A window scan's time does not depend on the window; the column scan's grows
+// once the windows in flight overflow L2. Measured on the H200, 50,000 x 50,000 float32 (bench/RESULTS.md):
+// corr w=100 13.42 / 13.23 ms (window / column scan), w=128 13.46 / 13.54, w=250 13.68 / 14.43, cov w=250
+// 9.41 / 14.06; with one input the column scan wins: std w=500 11.18 / 8.89, mean w=500 12.58 / 9.38.
 inline constexpr int kWindowScanMinLag = 128;
+inline constexpr int kWindowScanMinInputs = 2;
+// Inputs `kernel` reads kWindowScanMinLag or more rows back.
+int long_window_inputs(const ir::Kernel& kernel);
 // The first NVRTC with -minimal (major * 1000 + minor * 10, as nvrtcVersion gives it here).
 inline constexpr int kNvrtcMinimalVersion = 12040;
 
@@ -93,7 +99,7 @@ struct CudaSettings {
     int launch_bounds = 0;                // FJ_CUDA_LAUNCH_BOUNDS=N (specialised kernels; max_threads)
     int cache_hints = -1;                 // FJ_CUDA_CACHE_HINTS: 1 on, 0 off, -1 by kCacheHintMinLag
     int warm_rows = 4;                    // FJ_CUDA_WARM_ROWS (specialised kernels; warm_only_rows)
-    int window_scan = -1;                 // FJ_CUDA_WINDOW_SCAN: 1 wherever possible, 0 never, -1 by kWindowScanMinLag
+    int window_scan = -1;                 // FJ_CUDA_WINDOW_SCAN: 1 wherever possible, 0 never, -1 by long_window_inputs()
     std::vector<std::string> extra_options;  // FJ_NVRTC_OPTIONS, appended to NVRTC's (part of the cache key)
     static CudaSettings from_env();
 };
