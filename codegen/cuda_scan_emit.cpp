@@ -223,7 +223,8 @@ void Emitter::scan_plan() {
     P.ring_rows = (P.reach + (kP + 1) * kB + kB - 1) / kB * kB;
     const std::size_t ring_bytes = static_cast<std::size_t>(P.ring_rows + kR) * kC * sizeof(float);
     const std::size_t bytes = P.ring_inputs.size() * ring_bytes +
-                              static_cast<std::size_t>(kS + 1) * kC * (P.sums.size() * 8 + P.counters.size() * 4);
+                              static_cast<std::size_t>(kS + 1) * kC * (P.sums.size() * 8 + P.counters.size() * 4) +
+                              16;  // the block's latest row that sets a first value
     if (bytes > static_cast<std::size_t>(kWindowScanMaxSharedBytes))
         return fail(fmt::format("its rings would need {} bytes of shared memory per block (at most {})", bytes,
                                 kWindowScanMaxSharedBytes));
@@ -337,7 +338,7 @@ void Emitter::scan_prescan(int ind) {
 // ring offset step by a batch per copy (set per pass before the first).
 void Emitter::scan_loader(int ind) {
     const ScanPlan& P = scan_;
-    line(ind, "int fj_load_u = fj_lrow, fj_load_slot = fj_lrow;");
+    line(ind, "int fj_load_u = fj_lrow;");
     line(ind, "unsigned fj_dst = (unsigned)(fj_lrow * {} + fj_lc4) * 4u;  // bytes into a ring", kC);
     for (int slot : P.ring_inputs)
         line(ind, "const float* fj_src{} = p.in{} + (row_begin + fj_lrow) * ld_in{} + fj_gcol;", slot, slot, slot);
@@ -345,7 +346,7 @@ void Emitter::scan_loader(int ind) {
     const int in = ind + 1;
     line(in, "const bool ok = fj_load_u < n_pass;");
     line(in, "const int bytes = ok ? fj_col_bytes : 0;");
-    line(in, "const bool mirror = fj_load_slot < {};  // the ring's first rows again after its end", kR - 1);
+    line(in, "const bool mirror = fj_dst < {}u;  // the ring's first rows again after its end", (kR - 1) * kC * 4);
     const int ring_bytes = P.ring_rows * kC * 4;
     for (int slot : P.ring_inputs) {
         line(in, "FJ_CP16(fj_ring_addr{} + fj_dst, bytes ? fj_src{} : p.in{}, bytes);", slot, slot, slot);
@@ -354,9 +355,8 @@ void Emitter::scan_loader(int ind) {
         line(in, "fj_src{} += {}LL * ld_in{};", slot, kB, slot);
     }
     line(in, "fj_load_u += {};", kB);
-    line(in, "if (fj_load_slot >= {}) fj_load_slot -= {}, fj_dst -= {}u;", P.ring_rows - kB, P.ring_rows - kB,
-         (P.ring_rows - kB) * kC * 4);
-    line(in, "else fj_load_slot += {}, fj_dst += {}u;", kB, kB * kC * 4);
+    line(in, "fj_dst = fj_dst >= {}u ? fj_dst - {}u : fj_dst + {}u;", (P.ring_rows - kB) * kC * 4, (P.ring_rows - kB) * kC * 4,
+         kB * kC * 4);
     line(ind, "}};");
 }
 
@@ -457,13 +457,11 @@ std::string Emitter::run_scan() {
          kC, kB, kS, P.ring_rows);
     line(0, "#ifndef FJ_CP16");
     line(0, "#define FJ_CP16(dst, src, n) asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\" :: \"r\"(dst), \"l\"(src), \"r\"(n) : \"memory\")");
-    line(0, "#define FJ_CP4(dst, src, n) asm volatile(\"cp.async.ca.shared.global [%0], [%1], 4, %2;\" :: \"r\"(dst), \"l\"(src), \"r\"(n) : \"memory\")");
     line(0, "#define FJ_CP_COMMIT() asm volatile(\"cp.async.commit_group;\" ::: \"memory\")");
     line(0, "#define FJ_CP_WAIT(n) asm volatile(\"cp.async.wait_group %0;\" :: \"n\"(n) : \"memory\")");
     line(0, "#define FJ_SMEM_DECL extern __shared__ __align__(16) unsigned char fj_smem[]");
     line(0, "#define FJ_SHARED_ADDR(p) ((unsigned)__cvta_generic_to_shared(p))");
     line(0, "#define FJ_SYNC() __syncthreads()");
-    line(0, "#define FJ_SYNC_AND(p) __syncthreads_and(p)");
     line(0, "#endif");
     line(0, "extern \"C\" __global__ void __launch_bounds__({}, 2) {}(const fj_params_{} p) {{", kC * kS, name_, name_);
     const int QS = static_cast<int>(P.sums.size()), QC = static_cast<int>(P.counters.size());
@@ -482,6 +480,7 @@ std::string Emitter::run_scan() {
     line(1, "double* const fj_tsum = reinterpret_cast<double*>(reinterpret_cast<float*>(fj_smem) + {});  // [{} + 1][{}][{}]",
          static_cast<int>(P.ring_inputs.size()) * ring_floats, kS, QS, kC);
     line(1, "int* const fj_tcnt = reinterpret_cast<int*>(fj_tsum + {});  // [{} + 1][{}][{}]", (kS + 1) * QS * kC, kS, QC, kC);
+    line(1, "int* const fj_ready_at = fj_tcnt + {};", (kS + 1) * QC * kC);
     line(1, "const int lane = threadIdx.x & {}, seg = threadIdx.x >> 5;", kC - 1);
     line(1, "const long long j = (long long)blockIdx.x * {} + lane;", kC);
     line(1, "const bool fj_active = j < p.cols;");
@@ -500,7 +499,17 @@ std::string Emitter::run_scan() {
     line(2, "const int n_pass = (int)(row_end - row_begin), first_out = (int)(out_begin - row_begin);");
     line(2, "const int nb = (n_pass + {}) / {};", kB - 1, kB);
     scan_prescan(2);
+    // The rows from which every column of the block has its first values: batches from there on need no
+    // guard for them. (The previous pass read this word before its last batch's barriers.)
+    if (!P.stickies.empty()) line(2, "if (threadIdx.x == 0) *fj_ready_at = 0;");
     line(2, "FJ_SYNC();  // the previous pass is done with the rings and the totals");
+    if (!P.stickies.empty()) {
+        std::string m = "0";
+        for (const ScanSticky& s : P.stickies) m = fmt::format("max({}, fj_first{})", m, s.state);
+        line(2, "atomicMax(fj_ready_at, {});", m);
+        line(2, "FJ_SYNC();");
+    }
+    line(2, "const int fj_ready = {};", P.stickies.empty() ? "0" : "*fj_ready_at");
     for (int q = 0; q < QS; ++q)
         line(2, "if (seg == {}) fj_tsum[{} + lane] = {};", q % kS, (kS * QS + q) * kC, lit(k_.states[P.sums[q].state].init));
     for (int q = 0; q < QC; ++q)
@@ -524,13 +533,10 @@ std::string Emitter::run_scan() {
     line(2, "for (int b = 0; b < nb; ++b) {{");
     line(3, "const int u_batch = b * {};", kB);
     line(3, "FJ_CP_WAIT({});", kP - 1);
-    std::string set = "true";
-    for (const ScanSticky& s : P.stickies) set += fmt::format(" && fj_first{} <= u_batch", s.state);
-    line(3, "// The batch has landed for every thread, every thread is done with the batch before it, and:");
-    line(3, "const bool fj_all_set = FJ_SYNC_AND({});  // every column's first values are set", set);
+    line(3, "FJ_SYNC();  // the batch has landed for every thread, every thread is done with the batch before it");
     line(3, "if (b + {} < nb) fj_issue();", kP);
     line(3, "FJ_CP_COMMIT();");
-    line(3, "if (fj_all_set && u_batch >= {} && u_batch >= first_out && u_batch + {} <= n_pass) {{", P.reach, kB);
+    line(3, "if (u_batch >= fj_ready && u_batch >= {} && u_batch >= first_out && u_batch + {} <= n_pass) {{", P.reach, kB);
     scan_batch(4, false);
     line(3, "}} else {{");
     scan_batch(4, true);

@@ -328,7 +328,7 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         // and the scan's totals (5 sums, 3 counters) in shared memory.
         const auto scan = specialised(long_plan, cu::CudaSettings{});
         CHECK(scan.emitted.window_scan);
-        CHECK(scan.block_smem == 2 * (352 + 4) * 32 * 4 + 9 * 32 * (5 * 8 + 3 * 4));
+        CHECK(scan.block_smem == 2 * (352 + 4) * 32 * 4 + 9 * 32 * (5 * 8 + 3 * 4) + 16);
         CHECK(scan.source.find("rings of 352 rows") != std::string::npos);
         CHECK(scan.key != long_window.key);
         // With one long-window input the column scan stays (it measured faster: kWindowScanMinInputs), and

@@ -61,25 +61,19 @@ alignas(16) static unsigned char fj_block_smem[1 << 20];  // one block runs at a
 #define FJ_SMEM_DECL unsigned char* const fj_smem = fj_block_smem
 // Window-scan kernels: a block's threads are threads here, its barriers a std::barrier; copies are done at once.
 static std::barrier<>* fj_bar = nullptr;
-static std::atomic<int> fj_and_false{0};
 static inline void __syncthreads() { fj_bar->arrive_and_wait(); }
-static inline int __syncthreads_and(int p) {
-    if (!p) fj_and_false.store(1);
-    fj_bar->arrive_and_wait();
-    const int r = !fj_and_false.load();
-    fj_bar->arrive_and_wait();
-    if (threadIdx.x == 0) fj_and_false.store(0);
-    fj_bar->arrive_and_wait();
-    return r;
+static inline int atomicMax(int* a, int v) {
+    std::atomic_ref<int> r(*a);
+    int old = r.load();
+    while (old < v && !r.compare_exchange_weak(old, v)) {}
+    return old;
 }
 #define FJ_SYNC() __syncthreads()
-#define FJ_SYNC_AND(p) __syncthreads_and(p)
 static inline void fj_cp(unsigned dst, const void* src, int n, int size) {
     std::memcpy(fj_block_smem + dst, src, n);
     std::memset(fj_block_smem + dst + n, 0, size - n);
 }
 #define FJ_CP16(dst, src, n) fj_cp(dst, src, n, 16)
-#define FJ_CP4(dst, src, n) fj_cp(dst, src, n, 4)
 #define FJ_SHARED_ADDR(p) ((unsigned)(reinterpret_cast<const unsigned char*>(p) - fj_smem))
 // The hardware estimate (relative error below 2^-22) as a float32 rounding of the exact value, so that the
 // refinement after it is what makes results right.
@@ -295,7 +289,15 @@ TEST_CASE("window-scan kernels, run on the host, match the reference") {
     // Kernels that must be window scans (the others may fall back to the column scan).
     const std::set<std::string> must = {"sum", "sum_mp", "mean", "var", "corr", "cov", "corr_long",
                                         "std_long", "cov_long", "mean_long"};
-    const fj::test::Dataset ds = fj::test::dataset("price, messy", 300, 37, fj::test::messy(fj::test::Flavour::Price), 17);
+    fj::test::Dataset ds = fj::test::dataset("price, messy", 300, 37, fj::test::messy(fj::test::Flavour::Price), 17);
+    // Columns whose first values come late: their shift (a first value) is set after a batch or two, so
+    // the batches before stay guarded (row-major cells: row * cols + col).
+    for (std::int64_t r = 0; r < 70; ++r) ds.inputs.at("A")[static_cast<std::size_t>(r * ds.cols + 3)] = std::nan("");
+    // (Infinities of both signs: a window of one infinity repeated is constant for the reference, where cov
+    // gives 0, but NaN for the lowering, which makes any infinite value NaN; see the closing note of the
+    // session that added this test.)
+    for (std::int64_t r = 0; r < 40; ++r)
+        ds.inputs.at("B")[static_cast<std::size_t>(r * ds.cols + 36)] = r % 2 ? INFINITY : -INFINITY;
     const fj::DType dtype = fj::DType::F32;
     std::vector<std::vector<std::pair<std::string, fj::Expr>>> programs;
     for (const auto& c : cases) programs.push_back({c});
