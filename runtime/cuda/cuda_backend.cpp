@@ -437,6 +437,7 @@ void CudaExecutable::update_shapes(std::int64_t rows, std::int64_t cols) {
         li.block = settings_.block && !scan ? settings_.block : lk.block;
         li.blocks_per_sm = settings_.block && !scan ? std::max(1, lk.blocks_per_sm * lk.block / settings_.block) : lk.blocks_per_sm;
         li.cols_per_block = scan ? codegen::kWindowScanColumns : 0;
+        if (scan) li.waves = kWindowScanWaves;
         shape_smem_[i] = scan ? lk.block_smem : settings_.smem + li.block * lk.smem_per_thread;
         if (shape_smem_[i] > dev_.smem_optin)
             throw InputError(fmt::format("cuda: kernel {} with blocks of {} threads needs {} bytes of shared memory; "

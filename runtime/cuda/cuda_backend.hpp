@@ -75,6 +75,10 @@ inline constexpr int kCacheHintMinLag = 64;
 // 9.41 / 14.06; with one input the column scan wins: std w=500 11.18 / 8.89, mean w=500 12.58 / 9.38.
 inline constexpr int kWindowScanMinLag = 128;
 inline constexpr int kWindowScanMinInputs = 2;
+// Waves of blocks a window scan's time tiles aim at (LaunchInput::waves): few, because each tile pays a
+// halo, guarded first batches and the search for first values, and a 32-column block is short already
+// (H200, corr w=250: 6 tiles of 8,334 rows 13.38 ms, 2 or 1 tile(s) 13.10 / 13.09 ms).
+inline constexpr int kWindowScanWaves = 4;
 // Inputs `kernel` reads kWindowScanMinLag or more rows back.
 int long_window_inputs(const ir::Kernel& kernel);
 // The first NVRTC with -minimal (major * 1000 + minor * 10, as nvrtcVersion gives it here).
