@@ -516,6 +516,24 @@ TEST_CASE("launch configuration") {
         in.cols = 10;
         CHECK(cu::choose_launch(in).grid_x == 0);
     }
+    SUBCASE("window scans: a fixed block owns 32 columns; few waves") {
+        in.rows = in.cols = 50000;
+        in.halo = 249;
+        in.block = fj::codegen::kWindowScanThreads;
+        in.cols_per_block = fj::codegen::kWindowScanColumns;
+        in.blocks_per_sm = 2;
+        in.sm_count = 132;
+        in.waves = cu::kWindowScanWaves;
+        const cu::LaunchShape s = cu::choose_launch(in);
+        CHECK(s.block == 256);
+        CHECK(s.grid_x == 1563);
+        CHECK(s.ntiles == 1);  // 1,563 blocks are 5.9 waves of 264 already
+        in.cols = 5;             // fewer columns than a block owns: still 256 threads
+        const cu::LaunchShape n = cu::choose_launch(in);
+        CHECK(n.block == 256);
+        CHECK(n.grid_x == 1);
+        CHECK(n.tile_rows >= 8 * 249);
+    }
 }
 
 TEST_CASE("cuda_backend() without a GPU says why") {
