@@ -117,7 +117,9 @@ struct CudaEmitOptions {
 // combined by a scan across warps). For kernels whose states are window sums, run counters, first values
 // and previous values only (the moments of corr, cov, mean, std, ...). Launch: blocks of
 // kWindowScanThreads threads, each owning kWindowScanColumns columns, cuda_window_scan_smem() bytes of
-// dynamic shared memory per block; time tiles as for the column scan.
+// dynamic shared memory per block; time tiles as for the column scan. Its rows are copied 16 bytes at a
+// time: panels must start on 16 bytes and have a multiple of 4 columns (the runtime checks, and runs the
+// column scan otherwise).
 inline constexpr int kWindowScanThreads = 256;
 inline constexpr int kWindowScanColumns = 32;
 // At most this much shared memory per block, so that two blocks fit an SM of sm_90 (227 KB).

@@ -334,7 +334,8 @@ void Emitter::scan_prescan(int ind) {
 }
 
 // The copy of the loader's next batch into the rings: thread (r, q) copies row r, columns 4q .. 4q + 3 of
-// the block's strip, one 16-byte copy (a partial one at the panel's last columns). Its source pointers and
+// the block's strip, one 16-byte copy (zeros where the group lies after the panel's last column or row:
+// the runtime gives panels whose column count is not a multiple of 4 the column scan). Its source pointers and
 // ring offset step by a batch per copy (set per pass before the first).
 void Emitter::scan_loader(int ind) {
     const ScanPlan& P = scan_;
@@ -344,14 +345,12 @@ void Emitter::scan_loader(int ind) {
         line(ind, "const float* fj_src{} = p.in{} + (row_begin + fj_lrow) * ld_in{} + fj_gcol;", slot, slot, slot);
     line(ind, "auto fj_issue = [&]() {{");
     const int in = ind + 1;
-    line(in, "const bool ok = fj_load_u < n_pass;");
-    line(in, "const int bytes = ok ? fj_col_bytes : 0;");
+    line(in, "const int skip = fj_load_u >= n_pass || !fj_load_col;  // rows after the pass, columns after the panel's: zeros");
     line(in, "const bool mirror = fj_dst < {}u;  // the ring's first rows again after its end", (kR - 1) * kC * 4);
     const int ring_bytes = P.ring_rows * kC * 4;
     for (int slot : P.ring_inputs) {
-        line(in, "FJ_CP16(fj_ring_addr{} + fj_dst, bytes ? fj_src{} : p.in{}, bytes);", slot, slot, slot);
-        line(in, "if (mirror) FJ_CP16(fj_ring_addr{} + fj_dst + {}u, bytes ? fj_src{} : p.in{}, bytes);", slot, ring_bytes,
-             slot, slot);
+        line(in, "FJ_CP16(fj_ring_addr{} + fj_dst, fj_src{}, skip);", slot, slot);
+        line(in, "if (mirror) FJ_CP16(fj_ring_addr{} + fj_dst + {}u, fj_src{}, skip);", slot, ring_bytes, slot);
         line(in, "fj_src{} += {}LL * ld_in{};", slot, kB, slot);
     }
     line(in, "fj_load_u += {};", kB);
@@ -456,7 +455,8 @@ std::string Emitter::run_scan() {
     line(0, "// Window scan (cuda_scan_emit.cpp): {} columns per block, {} rows per batch in {} segments, rings of {} rows.",
          kC, kB, kS, P.ring_rows);
     line(0, "#ifndef FJ_CP16");
-    line(0, "#define FJ_CP16(dst, src, n) asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\" :: \"r\"(dst), \"l\"(src), \"r\"(n) : \"memory\")");
+    // (skip != 0: zeros are written and src is not read.)
+    line(0, "#define FJ_CP16(dst, src, skip) asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, %2, 0; cp.async.cg.shared.global [%0], [%1], 16, p; }}\" :: \"r\"(dst), \"l\"(src), \"r\"(skip) : \"memory\")");
     line(0, "#define FJ_CP_COMMIT() asm volatile(\"cp.async.commit_group;\" ::: \"memory\")");
     line(0, "#define FJ_CP_WAIT(n) asm volatile(\"cp.async.wait_group %0;\" :: \"n\"(n) : \"memory\")");
     line(0, "#define FJ_SMEM_DECL extern __shared__ __align__(16) unsigned char fj_smem[]");
@@ -488,9 +488,10 @@ std::string Emitter::run_scan() {
     line(1, "const long long fj_gcol = (long long)blockIdx.x * {} + fj_lc4;", kC);
     for (std::size_t i = 0; i < ni; ++i) line(1, "const long long ld_in{} = {}LL;", i, o_.strides[i]);
     for (std::size_t i = 0; i < no; ++i) line(1, "const long long ld_out{} = {}LL;", i, o_.strides[ni + i]);
-    // 16-byte copies: the panels' rows are 16-byte aligned (scan_plan() asks for leading dimensions of 4k
-    // elements; the runtime runs the column scan instead on panels that are not aligned).
-    line(1, "const int fj_col_bytes = (int)max(0LL, min(16LL, (p.cols - fj_gcol) * 4));  // of the loader's 4 columns");
+    // 16-byte copies: the panels' rows are 16-byte aligned and hold whole groups of 4 columns (scan_plan()
+    // asks for leading dimensions of 4k elements; the runtime runs the column scan instead on panels that
+    // are not aligned or whose column count is not a multiple of 4).
+    line(1, "const bool fj_load_col = fj_gcol < p.cols;  // the loader's 4 columns are in the panel (cols % 4 == 0)");
     line(1, "for (long long tile = blockIdx.y; tile < p.ntiles; tile += gridDim.y) {{");
     line(2, "const long long out_begin = tile * p.tile_rows;");
     line(2, "const long long row_end = out_begin + p.tile_rows < p.rows ? out_begin + p.tile_rows : p.rows;");

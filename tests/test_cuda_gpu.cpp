@@ -86,6 +86,9 @@ std::vector<GpuData> gpu_data() {
     padded.ld_out = 40;
     v.push_back({fj::test::dataset("price, messy", 600, 37, fj::test::messy(Flavour::Price), 11), padded});
     v.push_back({fj::test::dataset("1e4 + N(0,1), messy", 300, 70, fj::test::messy(Flavour::Offset1e4), 12), {}});
+    // A multiple of 4 columns: kernels specialised on this leading dimension can be window scans
+    // (bench/gpu_run.sh runs this suite once more with FJ_CUDA_WINDOW_SCAN=1).
+    v.push_back({fj::test::dataset("price, messy", 500, 44, fj::test::messy(Flavour::Price), 13), {}});
     return v;
 }
 

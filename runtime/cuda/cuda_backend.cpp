@@ -403,8 +403,9 @@ const LoadedKernel& CudaExecutable::kernel_for_run(std::size_t i, std::int64_t r
     }
     if (k.fixed->block_smem > 0) {
         // A window scan copies rows 16 bytes at a time (its leading dimensions are multiples of 4 elements):
-        // panels that do not start on 16 bytes, rare outside views at odd column offsets, get the column scan.
-        bool aligned = true;
+        // panels that do not start on 16 bytes (views at odd column offsets) or whose column count is not
+        // a multiple of 4 get the column scan.
+        bool aligned = cols % 4 == 0;
         for (const ArgRef& r : k.in_refs) aligned = aligned && view(r).ptr % 16 == 0;
         if (!aligned) {
             if (!k.fixed_column) {
