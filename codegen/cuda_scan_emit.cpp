@@ -18,14 +18,14 @@
 //   * a run counter `c ? 0 : s + 1`: the latest reset row, scanned with max;
 //   * a first value `isnan(s) && c ? v : s` (the shift of window sums): found before the pass's rows by a
 //     per-column search from the pass's first row, so every row sees the value a sequential run gives it;
-//   * a previous value `s := input[t - lag]`: read as input[t - lag - 1] (the state's init on the pass's
-//     first row);
+//   * a previous value `s := input[t]`: read as input[t - 1] (the state's init on the pass's first row);
 // there are no rings, and every lagged input is read only where RowInPass masks its value before the pass
 // (pass_only_loads()): the rings hold the pass's rows only.
 //
-// Block: 256 threads, 32 columns, 2 batches copied ahead. Per batch three barriers: the batch has landed
-// (and, with first values, whether every column has its value yet: then the batch runs without guards); the
-// segments' totals are written; their prefixes are written.
+// Block: 256 threads, 32 columns, 2 batches copied ahead. Per batch three barriers: the batch has landed;
+// the segments' totals are written; their prefixes are written. Batches run without guards from the row on
+// which every column of the block has its first values (found once per pass), the window's reach and the
+// first output row, up to the pass's last whole batch; the others are guarded.
 #include "codegen/cuda_emitter.hpp"
 
 namespace fj::codegen::detail {

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -191,6 +192,41 @@ private:
     std::string error_;
 };
 
+// The folder for the emulated kernels' sources and libraries.
+std::string emulation_dir() {
+    const std::string dir = std::string(FJ_TEST_TMP) + "/cuda_emulated";
+    std::filesystem::create_directories(dir);
+    return dir;
+}
+
+// Runs a program's kernels (`run`) on the data in host buffers of leading dimensions ld_in / ld_out and
+// holds every output to the reference `refs`; the padding must stay as it was.
+void check_outputs(const fj::codegen::Plan& plan, const std::vector<fj::Expr>& roots,
+                   const std::vector<std::vector<double>>& refs, const fj::test::Inputs& data, std::int64_t rows,
+                   std::int64_t cols, fj::DType dtype, long long ld_in, long long ld_out,
+                   const std::function<void(const std::map<std::string, fj::Panel>&,
+                                            const std::map<std::string, fj::Panel>&)>& run) {
+    std::map<std::string, fj::test::HostBuffer> ib, ob;
+    std::map<std::string, fj::Panel> ip, op;
+    for (const auto& [n, v] : data) {
+        ib.emplace(n, fj::test::HostBuffer(dtype, rows, cols, ld_in));
+        ib.at(n).load(v, 7.7e30);
+    }
+    for (const auto& n : plan.outputs) {
+        ob.emplace(n, fj::test::HostBuffer(dtype, rows, cols, ld_out));
+        ob.at(n).fill(12345.0, -3.3e33);
+    }
+    for (auto& [n, b] : ib) ip.emplace(n, b.panel());
+    for (auto& [n, b] : ob) op.emplace(n, b.panel());
+    run(ip, op);
+    for (std::size_t k = 0; k < plan.outputs.size(); ++k) {
+        const fj::test::HostBuffer& b = ob.at(plan.outputs[k]);
+        const std::string msg = fj::test::compare_output(b.cells(), refs[k], cols, dtype, roots[k].node(), {});
+        CHECK_MESSAGE(msg.empty(), "`" << roots[k].str() << "`: " << msg);
+        CHECK_MESSAGE(b.padding_changed(-3.3e33).empty(), "`" << roots[k].str() << "` wrote padding");
+    }
+}
+
 }  // namespace
 
 TEST_SUITE("cuda_compile") {
@@ -201,8 +237,7 @@ TEST_CASE("generated kernels, run on the host, match the reference") {
         MESSAGE("skipped: no host C++ compiler (set FJ_TEST_CXX)");
         return;
     }
-    const std::string dir = std::string(FJ_TEST_TMP) + "/cuda_emulated";
-    std::filesystem::create_directories(dir);
+    const std::string dir = emulation_dir();
     const auto cases = fj::test::cuda_op_cases();
     fj::test::CheckOptions padded;
     padded.ld_in = 41;
@@ -235,33 +270,16 @@ TEST_CASE("generated kernels, run on the host, match the reference") {
                 std::vector<fj::Expr> roots;
                 for (const auto& [name, e] : programs[pi]) roots.push_back(e);
                 const auto refs = fj::test::reference(roots, data, ds.rows, ds.cols);
-                std::map<std::string, fj::test::HostBuffer> ib, ob;
-                std::map<std::string, fj::Panel> ip, op;
-                for (const auto& [n, v] : data) {
-                    ib.emplace(n, fj::test::HostBuffer(dtype, ds.rows, ds.cols, padded.ld_in));
-                    ib.at(n).load(v, 7.7e30);
+                for (bool specialised : {false, true}) {
+                    CAPTURE(specialised);
+                    const long long ld_in = padded.ld_in, ld_out = padded.ld_out;
+                    check_outputs(plan, roots, refs, data, ds.rows, ds.cols, dtype, ld_in, ld_out,
+                                  [&](const auto& ip, const auto& op) {
+                                      for (std::size_t r = 0; r < plan.regions.size(); ++r)
+                                          (specialised ? fixed : emu)
+                                              .run(first_kernel[pi] + r, plan.regions[r].kernel, ip, op, tile);
+                                  });
                 }
-                for (const auto& n : plan.outputs) {
-                    ob.emplace(n, fj::test::HostBuffer(dtype, ds.rows, ds.cols, padded.ld_out));
-                    ob.at(n).fill(12345.0, -3.3e33);
-                }
-                for (auto& [n, b] : ib) ip.emplace(n, b.panel());
-                for (auto& [n, b] : ob) op.emplace(n, b.panel());
-              for (bool specialised : {false, true}) {
-                CAPTURE(specialised);
-                for (auto& [n, b] : ob) b.fill(12345.0, -3.3e33);
-                for (std::size_t r = 0; r < plan.regions.size(); ++r) {
-                    if (specialised) fixed.run(first_kernel[pi] + r, plan.regions[r].kernel, ip, op, tile);
-                    else emu.run(first_kernel[pi] + r, plan.regions[r].kernel, ip, op, tile);
-                }
-                for (std::size_t k = 0; k < plan.outputs.size(); ++k) {
-                    const fj::test::HostBuffer& b = ob.at(plan.outputs[k]);
-                    const std::string msg =
-                        fj::test::compare_output(b.cells(), refs[k], ds.cols, dtype, roots[k].node(), {});
-                    CHECK_MESSAGE(msg.empty(), "`" << roots[k].str() << "`: " << msg);
-                    CHECK_MESSAGE(b.padding_changed(-3.3e33).empty(), "`" << roots[k].str() << "` wrote padding");
-                }
-              }
             }
         }
     }
@@ -273,8 +291,7 @@ TEST_CASE("window-scan kernels, run on the host, match the reference") {
         MESSAGE("skipped: no host C++ compiler (set FJ_TEST_CXX)");
         return;
     }
-    const std::string dir = std::string(FJ_TEST_TMP) + "/cuda_emulated";
-    std::filesystem::create_directories(dir);
+    const std::string dir = emulation_dir();
     using fj::window;
     const fj::Expr A = fj::input("A"), B = fj::input("B");
     // Every operator case, and windows longer than a batch (32 rows) and than two (the rings wrap, the
@@ -346,25 +363,8 @@ TEST_CASE("window-scan kernels, run on the host, match the reference") {
                 std::vector<fj::Expr> roots;
                 for (const auto& [name, e] : programs[pi]) roots.push_back(e);
                 const auto refs = fj::test::reference(roots, data, ds.rows, ds.cols);
-                std::map<std::string, fj::test::HostBuffer> ib, ob;
-                std::map<std::string, fj::Panel> ip, op;
-                for (const auto& [n, v] : data) {
-                    ib.emplace(n, fj::test::HostBuffer(dtype, ds.rows, ds.cols, ld));
-                    ib.at(n).load(v, 7.7e30);
-                }
-                for (const auto& n : plan.outputs) {
-                    ob.emplace(n, fj::test::HostBuffer(dtype, ds.rows, ds.cols, ld));
-                    ob.at(n).fill(12345.0, -3.3e33);
-                }
-                for (auto& [n, b] : ib) ip.emplace(n, b.panel());
-                for (auto& [n, b] : ob) op.emplace(n, b.panel());
-                emu.run(q, plan.regions[0].kernel, ip, op, tile);
-                for (std::size_t k = 0; k < plan.outputs.size(); ++k) {
-                    const fj::test::HostBuffer& b = ob.at(plan.outputs[k]);
-                    const std::string msg = fj::test::compare_output(b.cells(), refs[k], ds.cols, dtype, roots[k].node(), {});
-                    CHECK_MESSAGE(msg.empty(), "`" << roots[k].str() << "`: " << msg);
-                    CHECK_MESSAGE(b.padding_changed(-3.3e33).empty(), "`" << roots[k].str() << "` wrote padding");
-                }
+                check_outputs(plan, roots, refs, data, ds.rows, ds.cols, dtype, ld, ld,
+                              [&](const auto& ip, const auto& op) { emu.run(q, plan.regions[0].kernel, ip, op, tile); });
             }
         }
     }
