@@ -581,7 +581,7 @@ std::shared_ptr<const LoadedKernel> CudaBackend::load(const std::string& key, co
         FJ_CU(cuFuncGetAttribute, &lk->registers, CU_FUNC_ATTRIBUTE_NUM_REGS, lk->fn);
         FJ_CU(cuFuncGetAttribute, &lk->local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, lk->fn);
         if (block_smem > 0) {
-            if (block_smem > dev_.smem_optin)
+            if (block_smem > dev_.smem_optin)  // (the specialiser chose the column scan for such devices)
                 throw BackendError(fmt::format("cuda: window-scan kernel {} needs {} bytes of shared memory per block; "
                                                "the device allows {} (FJ_CUDA_WINDOW_SCAN=0 runs the column scan)",
                                                e.function, block_smem, dev_.smem_optin));
@@ -670,6 +670,12 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
                                                            bool column_only, CacheSource* source, double* ms) {
         CudaSettings settings = fixed_settings;
         if (column_only) settings.window_scan = 0;
+        // A window scan needs its rings in one block's shared memory: on devices that allow less per block
+        // than it needs (kWindowScanMaxSharedBytes is sized for sm_90), the column scan instead.
+        if (settings.window_scan != 0) {
+            const codegen::CudaEmitOptions eo = cuda_emit_options(k, dtype, settings, strides);
+            if (eo.window_scan && codegen::cuda_window_scan_smem(k, eo) > dev_.smem_optin) settings.window_scan = 0;
+        }
         const std::string key = cuda_kernel_key(k, dtype, target_.arch, target_.cubin, settings, strides);
         {
             std::lock_guard<std::mutex> lock(mutex_);
