@@ -241,7 +241,8 @@ struct KernelInfo {  // one kernel of an executable
     // The same kernel specialised on the leading dimensions of the last big run (see kSpecializeElements).
     std::shared_ptr<const LoadedKernel> fixed;
     std::shared_ptr<const LoadedKernel> fixed_column;  // when `fixed` is a window scan: the column scan, for
-                                                       // panels whose rows are not 16-byte aligned
+                                                       // panels not 16-byte aligned or of a column count
+                                                       // that is not a multiple of 4
     std::vector<long long> fixed_strides;
     CacheSource fixed_source = CacheSource::Compiled;
     double fixed_ms = 0;

@@ -70,9 +70,10 @@ inline constexpr int kCacheHintMinLag = 64;
 // Kernels specialised on leading dimensions that read kWindowScanMinInputs or more inputs kWindowScanMinLag
 // or more rows back are window-scan kernels where they can be (the whole window on chip:
 // codegen/cuda_emit.hpp). A window scan's time does not depend on the window; the column scan's grows
-// once the windows in flight overflow L2. Measured on the H200, 50,000 x 50,000 float32 (bench/RESULTS.md):
-// corr w=100 13.42 / 13.23 ms (window / column scan), w=128 13.46 / 13.54, w=250 13.68 / 14.43, cov w=250
-// 9.41 / 14.06; with one input the column scan wins: std w=500 11.18 / 8.89, mean w=500 12.58 / 9.38.
+// once the windows in flight overflow L2. Measured on the H200, 50,000 x 50,000 float32 (bench/RESULTS.md,
+// ms, window / column scan): corr w=128 12.65 / 13.55, w=250 12.63 / 14.37, cov w=250 9.52 / 14.05; corr
+// w=100 13.42 / 13.23 with an earlier window scan; with one input the column scan wins: std w=500 11.18 /
+// 8.89, mean w=500 12.58 / 9.38.
 inline constexpr int kWindowScanMinLag = 128;
 inline constexpr int kWindowScanMinInputs = 2;
 // Waves of blocks a window scan's time tiles aim at (LaunchInput::waves): few, because each tile pays a
