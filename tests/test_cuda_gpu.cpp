@@ -238,6 +238,57 @@ TEST_CASE("kernels are compiled once per process; explain names the backend and 
     CHECK(p.explain().find("specialised on leading dimensions [10, 10, 10]") != std::string::npos);
 }
 
+TEST_CASE("window scans: chosen for long windows of two inputs; unaligned panels get the column scan") {
+    if (!have_gpu()) return;
+    using F = fj::DType;
+    const fj::Expr A = fj::input("A"), B = fj::input("B");
+    const fj::Expr e = fj::corr(fj::window(A, 130), fj::window(B, 130));
+    const std::int64_t rows = 400, cols = 48, ld = 52;
+    const auto ds = fj::test::dataset("price, messy", rows, cols, fj::test::messy(fj::test::Flavour::Price), 41);
+    const fj::test::Inputs data = fj::test::as_dtype(ds.inputs, F::F32);
+    ::setenv("FJ_CUDA_FIXED_LD", "1", 1);  // (what panels of 2^24 elements get)
+    fj::CompileOptions o;
+    o.backend = fj::Backend::Cuda;
+    fj::Program p = fj::compile({{"c", e}}, o);
+    cu::make_current(*cu::device());
+    std::map<std::string, std::unique_ptr<DeviceCopy>> din;
+    std::vector<fj::test::HostBuffer> host;
+    for (const auto& [n, v] : data) {
+        host.emplace_back(F::F32, rows, cols, ld);
+        host.back().load(v, 7.7e30);
+        din[n] = std::make_unique<DeviceCopy>(host.back().panel());
+    }
+    fj::test::HostBuffer out_host(F::F32, rows, cols, ld);
+    DeviceCopy dout(out_host.panel());
+    // Panels start at column `first` and have `n` columns: aligned and a multiple of 4 (a window scan), one
+    // column in (4 bytes off 16), a column count that is not a multiple of 4.
+    for (const auto& [first, n] : std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 48}, {1, 44}, {0, 46}}) {
+        CAPTURE(first);
+        CAPTURE(n);
+        std::map<std::string, fj::Panel> in;
+        fj::test::Inputs sliced;
+        for (const auto& [name, v] : data) {
+            in[name] = fj::Panel::device(din[name]->ptr + static_cast<std::uint64_t>(first) * 4, rows, n, ld, F::F32);
+            auto& s = sliced[name];
+            for (std::int64_t t = 0; t < rows; ++t)
+                for (std::int64_t j = 0; j < n; ++j) s.push_back(v[static_cast<std::size_t>(t * cols + first + j)]);
+        }
+        p.run(in, {{"c", fj::Panel::device(dout.ptr + static_cast<std::uint64_t>(first) * 4, rows, n, ld, F::F32)}});
+        std::vector<float> raw(static_cast<std::size_t>(rows * ld) + 1);
+        FJ_CU(cuMemcpyDtoH, raw.data(), dout.ptr, dout.bytes);
+        std::vector<double> got;
+        for (std::int64_t t = 0; t < rows; ++t)
+            for (std::int64_t j = 0; j < n; ++j) got.push_back(raw[static_cast<std::size_t>(t * ld + first + j)]);
+        const std::string msg =
+            fj::test::compare_output(got, fj::test::reference(e, sliced, rows, n), n, F::F32, e.node(), {});
+        CHECK_MESSAGE(msg.empty(), msg);
+        const std::string ex = p.explain();
+        CHECK(ex.find("window scan with") != std::string::npos);
+        CHECK((ex.find("and as a column scan") != std::string::npos) == (first != 0 || n % 4 != 0));
+    }
+    ::unsetenv("FJ_CUDA_FIXED_LD");
+}
+
 TEST_CASE("device outputs that overlap device inputs are refused") {
     if (!have_gpu()) return;
     const fj::Expr A = fj::input("A");

@@ -540,6 +540,10 @@ std::string CudaExecutable::explain() const {
                                : k.fixed->smem_per_thread ? fmt::format(", loads staged in {} B of shared memory per thread",
                                                                         k.fixed->smem_per_thread)
                                                           : std::string());
+        if (k.fixed_column)
+            out += fmt::format("    and as a column scan for panels not 16-byte aligned or with a column count that is not a "
+                               "multiple of 4: {} registers, block {} ({} per SM)\n",
+                               k.fixed_column->registers, k.fixed_column->block, k.fixed_column->blocks_per_sm);
         if (shape_rows_ >= 0) {
             const LaunchShape& s = shapes_[i];
             out += fmt::format("    last launch: {} x {}: grid {} x {}, block {}, {} tile(s) of {} rows\n", shape_rows_,
