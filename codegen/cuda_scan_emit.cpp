@@ -402,7 +402,7 @@ void Emitter::scan_batch(int ind, bool guarded) {
     line(ind, "}}");
     line(ind, "FJ_SYNC();  // every segment's totals are written");
     // The exclusive prefix over the segments in place, one quantity per warp; the running total through
-    // the previous batch is row {kS} of each array.
+    // the previous batch is row kS (after the segments' rows) of each array.
     line(ind, "#pragma unroll 1");
     line(ind, "for (int q = seg; q < {}; q += {}) {{", QS + QC, kS);
     line(ind + 1, "if (q < {}) {{", QS);
