@@ -471,39 +471,56 @@ private:
         counter_state_.assign(k_.body.size(), -1);
         counter_part_.assign(k_.body.size(), false);
         if (big_body_) return;
-        auto is_const = [&](std::int32_t o, double c) {
-            return o >= 0 && k_.body[static_cast<std::size_t>(o)].op == Prim::Const &&
-                   k_.body[static_cast<std::size_t>(o)].imm == c && is_int(o);
-        };
-        std::vector<int> uses(k_.body.size(), 0), stores(k_.states.size(), 0);
-        for (std::size_t i = 0; i < k_.body.size(); ++i) {
-            if (!live_[i]) continue;
-            const Inst& x = k_.body[i];
-            for (std::int32_t o : {x.a, x.b, x.c})
-                if (o >= 0) ++uses[static_cast<std::size_t>(o)];
-            if (x.op == Prim::StoreState) ++stores[static_cast<std::size_t>(x.slot)];
-        }
+        const std::vector<int> uses = use_counts();
+        std::vector<int> stores(k_.states.size(), 0);
+        for (std::size_t i = 0; i < k_.body.size(); ++i)
+            if (live_[i] && k_.body[i].op == Prim::StoreState) ++stores[static_cast<std::size_t>(k_.body[i].slot)];
         for (std::size_t i = 0; i < k_.body.size(); ++i) {
             const Inst& st = k_.body[i];
-            if (!live_[i] || st.op != Prim::StoreState || !int32_state_[st.slot] || stores[st.slot] != 1) continue;
-            const Inst& sel = k_.body[static_cast<std::size_t>(st.a)];
-            if (sel.op != Prim::Select || !is_int(st.a) || !is_const(sel.b, 0.0) || sel.c < 0) continue;
-            const Inst& add = k_.body[static_cast<std::size_t>(sel.c)];
-            if (add.op != Prim::Add || uses[static_cast<std::size_t>(sel.c)] != 1) continue;
-            const std::int32_t load = is_const(add.a, 1.0) ? add.b : is_const(add.b, 1.0) ? add.a : -1;
-            if (load < 0 || k_.body[static_cast<std::size_t>(load)].op != Prim::LoadState ||
-                k_.body[static_cast<std::size_t>(load)].slot != st.slot || uses[static_cast<std::size_t>(load)] != 1)
-                continue;
+            if (!live_[i] || st.op != Prim::StoreState || stores[st.slot] != 1) continue;
+            const std::int32_t load = counter_load(i, uses);
+            if (load < 0) continue;
             // Every other load of the state would see q instead of s.
             bool other_loads = false;
             for (std::size_t j = 0; j < k_.body.size(); ++j)
                 other_loads |= live_[j] && j != static_cast<std::size_t>(load) && k_.body[j].op == Prim::LoadState &&
                                k_.body[j].slot == st.slot;
             if (other_loads) continue;
+            const Inst& sel = k_.body[static_cast<std::size_t>(st.a)];
             counter_select_[static_cast<std::size_t>(st.slot)] = st.a;
             counter_state_[static_cast<std::size_t>(st.a)] = st.slot;
             counter_part_[static_cast<std::size_t>(load)] = counter_part_[static_cast<std::size_t>(sel.c)] = true;
         }
+    }
+
+    // How many live instructions read each value.
+    std::vector<int> use_counts() const {
+        std::vector<int> uses(k_.body.size(), 0);
+        for (std::size_t i = 0; i < k_.body.size(); ++i)
+            if (live_[i])
+                for (std::int32_t o : {k_.body[i].a, k_.body[i].b, k_.body[i].c})
+                    if (o >= 0) ++uses[static_cast<std::size_t>(o)];
+        return uses;
+    }
+
+    // A run counter's store: an int32 state stored as `c ? 0 : s + 1`, its `+ 1` and its load read once.
+    // Gives the load (the select is the store's operand, `+ 1` the select's third), or -1.
+    std::int32_t counter_load(std::size_t store, const std::vector<int>& uses) const {
+        const Inst& st = k_.body[store];
+        if (st.op != Prim::StoreState || !int32_state_[st.slot]) return -1;
+        auto is_const = [&](std::int32_t o, double c) {
+            return o >= 0 && k_.body[static_cast<std::size_t>(o)].op == Prim::Const &&
+                   k_.body[static_cast<std::size_t>(o)].imm == c && is_int(o);
+        };
+        const Inst& sel = k_.body[static_cast<std::size_t>(st.a)];
+        if (sel.op != Prim::Select || !is_int(st.a) || !is_const(sel.b, 0.0) || sel.c < 0) return -1;
+        const Inst& add = k_.body[static_cast<std::size_t>(sel.c)];
+        if (add.op != Prim::Add || uses[static_cast<std::size_t>(sel.c)] != 1) return -1;
+        const std::int32_t load = is_const(add.a, 1.0) ? add.b : is_const(add.b, 1.0) ? add.a : -1;
+        if (load < 0 || k_.body[static_cast<std::size_t>(load)].op != Prim::LoadState ||
+            k_.body[static_cast<std::size_t>(load)].slot != st.slot || uses[static_cast<std::size_t>(load)] != 1)
+            return -1;
+        return load;
     }
 
     // The sticky state whose value instruction i is (its load or its setting select), or -1.

@@ -51,17 +51,16 @@ void Emitter::scan_plan() {
 
     std::vector<int> stores(k_.states.size(), 0), loads(k_.states.size(), 0);
     std::vector<std::int32_t> store_of(k_.states.size(), -1);
-    std::vector<int> uses(n, 0);
+    const std::vector<int> uses = use_counts();
     for (std::size_t i = 0; i < n; ++i) {
         if (!live_[i]) continue;
         const Inst& x = k_.body[i];
-        for (std::int32_t o : {x.a, x.b, x.c})
-            if (o >= 0) ++uses[static_cast<std::size_t>(o)];
         if (x.op == Prim::StoreState) ++stores[x.slot], store_of[x.slot] = static_cast<std::int32_t>(i);
         if (x.op == Prim::LoadState) ++loads[x.slot];
     }
-    auto op_is = [&](std::int32_t o, Prim p) { return o >= 0 && k_.body[static_cast<std::size_t>(o)].op == p; };
-    auto load_of = [&](std::int32_t o, int st) { return op_is(o, Prim::LoadState) && k_.body[o].slot == st; };
+    auto load_of = [&](std::int32_t o, int st) {
+        return o >= 0 && k_.body[static_cast<std::size_t>(o)].op == Prim::LoadState && k_.body[o].slot == st;
+    };
 
     // Kinds that need nothing but the store's shape: previous values and first values.
     enum class Kind { None, Sum, Counter, Sticky, Prev };
@@ -112,19 +111,13 @@ void Emitter::scan_plan() {
         const auto s = static_cast<int>(st);
         const std::int32_t root = k_.body[store_of[st]].a;
         const Inst& r = k_.body[root];
-        // A run counter: c ? 0 : s + 1.
-        if (int32_state_[st] && r.op == Prim::Select && op_is(r.b, Prim::Const) && k_.body[r.b].imm == 0 &&
-            op_is(r.c, Prim::Add) && row_value(r.a) && loads[st] == 1 && uses[static_cast<std::size_t>(r.c)] == 1) {
-            const Inst& add = k_.body[r.c];
-            const bool one_a = op_is(add.a, Prim::Const) && k_.body[add.a].imm == 1;
-            const bool one_b = op_is(add.b, Prim::Const) && k_.body[add.b].imm == 1;
-            const std::int32_t load = one_a ? add.b : one_b ? add.a : -1;
-            if (load >= 0 && load_of(load, s)) {
-                kind[st] = Kind::Counter;
-                P.counters.push_back({s, root, r.a});
-                chain[static_cast<std::size_t>(load)] = chain[static_cast<std::size_t>(r.c)] = true;
-                continue;
-            }
+        // A run counter: c ? 0 : s + 1 (counter_load()), its condition a row value.
+        if (const std::int32_t load = counter_load(static_cast<std::size_t>(store_of[st]), uses);
+            load >= 0 && loads[st] == 1 && row_value(r.a)) {
+            kind[st] = Kind::Counter;
+            P.counters.push_back({s, root, r.a});
+            chain[static_cast<std::size_t>(load)] = chain[static_cast<std::size_t>(r.c)] = true;
+            continue;
         }
         // A window sum: a chain of Add / Sub / Fma from the state's load, every other operand a row value.
         bool ok = loads[st] == 1;

@@ -192,11 +192,17 @@ private:
     std::string error_;
 };
 
-// The folder for the emulated kernels' sources and libraries.
-std::string emulation_dir() {
-    const std::string dir = std::string(FJ_TEST_TMP) + "/cuda_emulated";
-    std::filesystem::create_directories(dir);
-    return dir;
+// The host compiler and the folder for the emulated kernels' sources and libraries; false (with a message:
+// the test is skipped) when there is no host compiler.
+bool emulation_ready(std::string* cxx, std::string* dir) {
+    *cxx = host_compiler();
+    if (cxx->empty()) {
+        MESSAGE("skipped: no host C++ compiler (set FJ_TEST_CXX)");
+        return false;
+    }
+    *dir = std::string(FJ_TEST_TMP) + "/cuda_emulated";
+    std::filesystem::create_directories(*dir);
+    return true;
 }
 
 // Runs a program's kernels (`run`) on the data in host buffers of leading dimensions ld_in / ld_out and
@@ -232,12 +238,8 @@ void check_outputs(const fj::codegen::Plan& plan, const std::vector<fj::Expr>& r
 TEST_SUITE("cuda_compile") {
 
 TEST_CASE("generated kernels, run on the host, match the reference") {
-    const std::string cxx = host_compiler();
-    if (cxx.empty()) {
-        MESSAGE("skipped: no host C++ compiler (set FJ_TEST_CXX)");
-        return;
-    }
-    const std::string dir = emulation_dir();
+    std::string cxx, dir;
+    if (!emulation_ready(&cxx, &dir)) return;
     const auto cases = fj::test::cuda_op_cases();
     fj::test::CheckOptions padded;
     padded.ld_in = 41;
@@ -286,12 +288,8 @@ TEST_CASE("generated kernels, run on the host, match the reference") {
 }
 
 TEST_CASE("window-scan kernels, run on the host, match the reference") {
-    const std::string cxx = host_compiler();
-    if (cxx.empty()) {
-        MESSAGE("skipped: no host C++ compiler (set FJ_TEST_CXX)");
-        return;
-    }
-    const std::string dir = emulation_dir();
+    std::string cxx, dir;
+    if (!emulation_ready(&cxx, &dir)) return;
     using fj::window;
     const fj::Expr A = fj::input("A"), B = fj::input("B");
     // Every operator case, and windows longer than a batch (32 rows) and than two (the rings wrap, the

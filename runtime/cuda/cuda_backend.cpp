@@ -675,11 +675,14 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
                                                            bool column_only, CacheSource* source, double* ms) {
         CudaSettings settings = fixed_settings;
         if (column_only) settings.window_scan = 0;
+        codegen::CudaEmitOptions eo = cuda_emit_options(k, dtype, settings, strides);
+        int block_smem = eo.window_scan ? codegen::cuda_window_scan_smem(k, eo) : 0;
         // A window scan needs its rings in one block's shared memory: on devices that allow less per block
         // than it needs (kWindowScanMaxSharedBytes is sized for sm_90), the column scan instead.
-        if (settings.window_scan != 0) {
-            const codegen::CudaEmitOptions eo = cuda_emit_options(k, dtype, settings, strides);
-            if (eo.window_scan && codegen::cuda_window_scan_smem(k, eo) > dev_.smem_optin) settings.window_scan = 0;
+        if (block_smem > dev_.smem_optin) {
+            settings.window_scan = 0;
+            eo = cuda_emit_options(k, dtype, settings, strides);
+            block_smem = 0;
         }
         const std::string key = cuda_kernel_key(k, dtype, target_.arch, target_.cubin, settings, strides);
         {
@@ -698,10 +701,7 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
         std::lock_guard<std::mutex> lock(mutex_);
         auto it = loaded_.find(key);
         if (it == loaded_.end()) {
-            const codegen::CudaEmitOptions eo = cuda_emit_options(k, dtype, settings, strides);
-            const int spt = codegen::cuda_shared_bytes_per_thread(k, eo);
-            const int block_smem = eo.window_scan ? codegen::cuda_window_scan_smem(k, eo) : 0;
-            it = loaded_.emplace(key, load(key, *r.entry, spt, block_smem)).first;
+            it = loaded_.emplace(key, load(key, *r.entry, codegen::cuda_shared_bytes_per_thread(k, eo), block_smem)).first;
         }
         return it->second;
     };
