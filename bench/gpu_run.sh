@@ -4,7 +4,7 @@
 # with --peers, /work/shared/peers/rolling_corr_peers.py (copied to .carry/) at 50,000 x $PEERS_N (10,000).
 # A short table comes last. Logs go to $OUT (the device tool's output folder) or /tmp/fj_gpu_out.
 #
-#   bench/gpu_run.sh [--quick] [--peers] [--profile] [--no-tests] [--no-bench]
+#   bench/gpu_run.sh [--quick] [--peers] [--profile] [--no-tests] [--no-bench] [--no-xcheck]
 # --profile: SASS instruction counts of the headline kernel (cuobjdump) and an ncu run of it.
 #
 # Prepare on the development machine (once):
@@ -16,13 +16,14 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 LOG=${OUT:-/tmp/fj_gpu_out}
 mkdir -p "$LOG"
-QUICK="" PEERS=0 TESTS=1 BENCH=1 PROFILE=0
+QUICK="" PEERS=0 TESTS=1 BENCH=1 PROFILE=0 XCHECK=1
 for a in "$@"; do
   case "$a" in
     --quick) QUICK=--quick ;;
     --peers) PEERS=1 ;;
     --no-tests) TESTS=0 ;;
     --no-bench) BENCH=0 ;;
+    --no-xcheck) XCHECK=0 ;;
     --profile) PROFILE=1 ;;
     *) echo "unknown option $a"; exit 2 ;;
   esac
@@ -88,7 +89,7 @@ fi
 # CUDA against the CPU backend's results made on the development machine (tests/cross_backend), with the
 # kernels small panels get and with those specialised on leading dimensions (big panels).
 XCHECK_SUMMARY="not run (no .carry/xcheck/cpu)"
-if [ -d .carry/xcheck/cpu ] && [ -x "$BUILD/factorjit" ]; then
+if [ $XCHECK = 1 ] && [ -d .carry/xcheck/cpu ] && [ -x "$BUILD/factorjit" ]; then
   XCHECK_SUMMARY=""
   for fixed in 0 1 scan; do
     rm -rf "$BUILD/xcheck_$fixed"

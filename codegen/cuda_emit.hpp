@@ -63,7 +63,7 @@
 namespace fj::codegen {
 
 // Bump whenever the generated code changes for the same IR: it is part of every cache key.
-inline constexpr int kCudaCodegenVersion = 8;
+inline constexpr int kCudaCodegenVersion = 9;
 
 // The longest time tile a launch may use (launch_config caps it): states then live for at most this
 // many rows plus the halo, which bounds counters enough to keep them in 32-bit registers.
@@ -120,6 +120,10 @@ struct CudaEmitOptions {
 // dynamic shared memory per block; time tiles as for the column scan. Its rows are copied 16 bytes at a
 // time: panels must start on 16 bytes and have a multiple of 4 columns (the runtime checks, and runs the
 // column scan otherwise).
+// Window scans copy with cp.async.bulk and mbarrier transaction counts: sm_90 and later.
+inline constexpr int kWindowScanMinArch = 90;
+// The number of an NVRTC target ("sm_90" and "compute_90a" -> 90; 0 when it has none).
+int cuda_arch_number(const std::string& arch);
 inline constexpr int kWindowScanThreads = 256;
 inline constexpr int kWindowScanColumns = 32;
 // At most this much shared memory per block, so that two blocks fit an SM of sm_90 (227 KB).

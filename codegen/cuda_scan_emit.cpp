@@ -36,6 +36,7 @@ constexpr int kS = 8;                   // segments per batch: the block's warps
 constexpr int kR = 4;                   // rows per segment
 constexpr int kB = kS * kR;             // rows per batch
 constexpr int kP = 2;                   // batches copied ahead
+constexpr int kStages = kP + 1;         // mbarriers: one per batch in flight (the batch computed and kP ahead)
 constexpr int kNone = -(1 << 30);       // a run counter's "no reset in this segment"
 }  // namespace
 
@@ -217,7 +218,8 @@ void Emitter::scan_plan() {
     const std::size_t ring_bytes = static_cast<std::size_t>(P.ring_rows + kR) * kC * sizeof(float);
     const std::size_t bytes = P.ring_inputs.size() * ring_bytes +
                               static_cast<std::size_t>(kS + 1) * kC * (P.sums.size() * 8 + P.counters.size() * 4) +
-                              16;  // the block's latest row that sets a first value
+                              kStages * 8 +  // the copies' mbarriers
+                              16;            // the block's latest row that sets a first value
     if (bytes > static_cast<std::size_t>(kWindowScanMaxSharedBytes))
         return fail(fmt::format("its rings would need {} bytes of shared memory per block (at most {})", bytes,
                                 kWindowScanMaxSharedBytes));
@@ -326,29 +328,38 @@ void Emitter::scan_prescan(int ind) {
         if (state_fexact_[static_cast<std::size_t>(s.state)]) line(ind, "const float sf{} = (float)s{};", s.state, s.state);
 }
 
-// The copy of the loader's next batch into the rings: thread (r, q) copies row r, columns 4q .. 4q + 3 of
-// the block's strip, one 16-byte copy (zeros where the group lies after the panel's last column or row:
-// the runtime gives panels whose column count is not a multiple of 4 the column scan). Its source pointers and
-// ring offset step by a batch per copy (set per pass before the first).
+// The copy of the next batch into the rings, by warp 0: lane r copies row r of the batch, one bulk copy per
+// ring input (cp.async.bulk: the block's columns of a row are contiguous), and again after the ring's end for
+// its first rows (the mirror, read by segments whose rows wrap). Each lane announces its bytes on the
+// batch's mbarrier (expect_tx with its arrival; the barrier expects all 32), so the barrier's phase completes
+// when every row has landed. Rows after the pass are not copied: what the ring holds there feeds only rows
+// that are not stored. Compared with a 16-byte cp.async per thread, this moved about 8 instructions per row
+// of 32 columns out of every warp (bench/RESULTS.md). The source pointers, ring offset and stage step by a
+// batch per copy (set per pass before the first).
 void Emitter::scan_loader(int ind) {
     const ScanPlan& P = scan_;
-    line(ind, "int fj_load_u = fj_lrow;");
-    line(ind, "unsigned fj_dst = (unsigned)(fj_lrow * {} + fj_lc4) * 4u;  // bytes into a ring", kC);
+    line(ind, "int fj_load_u = lane;");
+    line(ind, "unsigned fj_dst = (unsigned)lane * {}u;  // bytes into a ring", kC * 4);
     for (int slot : P.ring_inputs)
-        line(ind, "const float* fj_src{} = p.in{} + (row_begin + fj_lrow) * ld_in{} + fj_gcol;", slot, slot, slot);
+        line(ind, "const float* fj_src{} = p.in{} + (row_begin + lane) * ld_in{} + fj_col0;", slot, slot, slot);
     line(ind, "auto fj_issue = [&]() {{");
     const int in = ind + 1;
-    line(in, "const int skip = fj_load_u >= n_pass || !fj_load_col;  // rows after the pass, columns after the panel's: zeros");
-    line(in, "const bool mirror = fj_dst < {}u;  // the ring's first rows again after its end", (kR - 1) * kC * 4);
     const int ring_bytes = P.ring_rows * kC * 4;
+    line(in, "const unsigned bytes = fj_load_u < n_pass ? fj_row_bytes : 0u;  // rows after the pass: none");
+    line(in, "const bool mirror = fj_dst < {}u;  // the ring's first rows again after its end", (kR - 1) * kC * 4);
+    line(in, "const unsigned bar = fj_mbar_addr + 8u * fj_issue_stage;");
+    line(in, "FJ_MBAR_EXPECT(bar, bytes * {}u * (mirror ? 2u : 1u));", P.ring_inputs.size());
+    line(in, "if (bytes) {{");
     for (int slot : P.ring_inputs) {
-        line(in, "FJ_CP16(fj_ring_addr{} + fj_dst, fj_src{}, skip);", slot, slot);
-        line(in, "if (mirror) FJ_CP16(fj_ring_addr{} + fj_dst + {}u, fj_src{}, skip);", slot, ring_bytes, slot);
-        line(in, "fj_src{} += {}LL * ld_in{};", slot, kB, slot);
+        line(in + 1, "FJ_BULK(fj_ring_addr{} + fj_dst, fj_src{}, bytes, bar);", slot, slot);
+        line(in + 1, "if (mirror) FJ_BULK(fj_ring_addr{} + fj_dst + {}u, fj_src{}, bytes, bar);", slot, ring_bytes, slot);
     }
+    line(in, "}}");
+    for (int slot : P.ring_inputs) line(in, "fj_src{} += {}LL * ld_in{};", slot, kB, slot);
     line(in, "fj_load_u += {};", kB);
     line(in, "fj_dst = fj_dst >= {}u ? fj_dst - {}u : fj_dst + {}u;", (P.ring_rows - kB) * kC * 4, (P.ring_rows - kB) * kC * 4,
          kB * kC * 4);
+    line(in, "fj_issue_stage = fj_issue_stage == {} ? 0 : fj_issue_stage + 1;", kStages - 1);
     line(ind, "}};");
 }
 
@@ -369,10 +380,14 @@ void Emitter::scan_batch(int ind, bool guarded) {
         for (int i = 0; i < kR; ++i) line(ind, "int fj_m{}_{};", c.state, i);
     line(ind, "{{");
     const int in = ind + 1;
+    // Float64 sums start from -0.0, the identity of addition (0.0 + x is not x for x = -0.0), so that the
+    // segment's first row adds nothing. Totals and partial values then differ from a start at 0.0 only in
+    // the sign of a zero, and the prefix they are added to is never -0.0 (sums from 0.0), so each row's
+    // state is the same.
     for (const ScanSum& s : P.sums) {
         const auto st = static_cast<std::size_t>(s.state);
-        line(in, "{} s{} = 0;  // {}", int_state_[st] ? (int32_state_[st] ? "int" : "long long") : "double", s.state,
-             comment_safe(k_.states[st].what));
+        if (int_state_[st]) line(in, "{} s{} = 0;  // {}", int32_state_[st] ? "int" : "long long", s.state, comment_safe(k_.states[st].what));
+        else line(in, "double s{} = -0.0;  // {}", s.state, comment_safe(k_.states[st].what));
     }
     for (const ScanCounter& c : P.counters)
         line(in, "int fj_m{} = {};  // {}: latest reset", c.state, kNone, comment_safe(k_.states[c.state].what));
@@ -447,11 +462,22 @@ std::string Emitter::run_scan() {
     header();
     line(0, "// Window scan (cuda_scan_emit.cpp): {} columns per block, {} rows per batch in {} segments, rings of {} rows.",
          kC, kB, kS, P.ring_rows);
-    line(0, "#ifndef FJ_CP16");
-    // (skip != 0: zeros are written and src is not read.)
-    line(0, "#define FJ_CP16(dst, src, skip) asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, %2, 0; cp.async.cg.shared.global [%0], [%1], 16, p; }}\" :: \"r\"(dst), \"l\"(src), \"r\"(skip) : \"memory\")");
-    line(0, "#define FJ_CP_COMMIT() asm volatile(\"cp.async.commit_group;\" ::: \"memory\")");
-    line(0, "#define FJ_CP_WAIT(n) asm volatile(\"cp.async.wait_group %0;\" :: \"n\"(n) : \"memory\")");
+    // Copies and their barriers (sm_90: cp.async.bulk with mbarrier transaction counts). Host tests define
+    // these macros first (tests/test_cuda_emulated.cpp).
+    line(0, "#ifndef FJ_BULK");
+    line(0, "#define FJ_BULK(dst, src, bytes, bar) asm volatile(\"cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\" :: \"r\"(dst), \"l\"(src), \"r\"(bytes), \"r\"(bar) : \"memory\")");
+    line(0, "#define FJ_MBAR_INIT(bar, n) asm volatile(\"mbarrier.init.shared::cta.b64 [%0], %1;\" :: \"r\"(bar), \"r\"(n) : \"memory\")");
+    line(0, "#define FJ_MBAR_INIT_FENCE() asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\")");
+    // (An arrival that also raises the phase's expected bytes.)
+    line(0, "#define FJ_MBAR_EXPECT(bar, bytes) asm volatile(\"{{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }}\" :: \"r\"(bar), \"r\"(bytes) : \"memory\")");
+    // (Generic-proxy reads of a ring slot before the barrier, the async proxy's writes into it after.)
+    line(0, "#define FJ_PROXY_FENCE() asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\")");
+    line(0, "#define FJ_MBAR_WAIT(bar, parity) while (!fj_mbar_done(bar, parity)) {{}}");
+    line(0, "__device__ __forceinline__ bool fj_mbar_done(unsigned bar, unsigned parity) {{");
+    line(1, "unsigned done;");
+    line(1, "asm volatile(\"{{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }}\" : \"=r\"(done) : \"r\"(bar), \"r\"(parity) : \"memory\");");
+    line(1, "return done != 0;");
+    line(0, "}}");
     line(0, "#define FJ_SMEM_DECL extern __shared__ __align__(16) unsigned char fj_smem[]");
     line(0, "#define FJ_SHARED_ADDR(p) ((unsigned)__cvta_generic_to_shared(p))");
     line(0, "#define FJ_SYNC() __syncthreads()");
@@ -472,19 +498,28 @@ std::string Emitter::run_scan() {
     }
     line(1, "double* const fj_tsum = reinterpret_cast<double*>(reinterpret_cast<float*>(fj_smem) + {});  // [{} + 1][{}][{}]",
          static_cast<int>(P.ring_inputs.size()) * ring_floats, kS, QS, kC);
-    line(1, "int* const fj_tcnt = reinterpret_cast<int*>(fj_tsum + {});  // [{} + 1][{}][{}]", (kS + 1) * QS * kC, kS, QC, kC);
+    line(1, "const unsigned fj_mbar_addr = FJ_SHARED_ADDR(fj_tsum + {});  // [{}] mbarriers, one per batch in flight",
+         (kS + 1) * QS * kC, kStages);
+    line(1, "int* const fj_tcnt = reinterpret_cast<int*>(fj_tsum + {});  // [{} + 1][{}][{}]", (kS + 1) * QS * kC + kStages,
+         kS, QC, kC);
     line(1, "int* const fj_ready_at = fj_tcnt + {};", (kS + 1) * QC * kC);
     line(1, "const int lane = threadIdx.x & {}, seg = threadIdx.x >> 5;", kC - 1);
     line(1, "const long long j = (long long)blockIdx.x * {} + lane;", kC);
     line(1, "const bool fj_active = j < p.cols;");
-    line(1, "const int fj_lrow = threadIdx.x >> 3, fj_lc4 = (threadIdx.x & 7) * 4;  // the loader's row and columns");
-    line(1, "const long long fj_gcol = (long long)blockIdx.x * {} + fj_lc4;", kC);
+    line(1, "const long long fj_col0 = (long long)blockIdx.x * {};", kC);
+    // The bytes of a row the block copies: whole groups of 4 columns (16 bytes; cols % 4 == 0).
+    line(1, "const unsigned fj_row_bytes = (unsigned)(p.cols - fj_col0 < {} ? p.cols - fj_col0 : {}) * 4u;", kC, kC);
+    line(1, "if (threadIdx.x == 0) {{");
+    for (int k = 0; k < kStages; ++k) line(2, "FJ_MBAR_INIT(fj_mbar_addr + {}u, {});", 8 * k, kC);
+    line(2, "FJ_MBAR_INIT_FENCE();");
+    line(1, "}}");
+    line(1, "int fj_stage = 0, fj_issue_stage = 0;  // the mbarrier of the batch waited for, issued");
+    line(1, "unsigned fj_parity = 0;  // bit k: the phase parity mbarrier k completes next");
     for (std::size_t i = 0; i < ni; ++i) line(1, "const long long ld_in{} = {}LL;", i, o_.strides[i]);
     for (std::size_t i = 0; i < no; ++i) line(1, "const long long ld_out{} = {}LL;", i, o_.strides[ni + i]);
-    // 16-byte copies: the panels' rows are 16-byte aligned and hold whole groups of 4 columns (scan_plan()
-    // asks for leading dimensions of 4k elements; the runtime runs the column scan instead on panels that
-    // are not aligned or whose column count is not a multiple of 4).
-    line(1, "const bool fj_load_col = fj_gcol < p.cols;  // the loader's 4 columns are in the panel (cols % 4 == 0)");
+    // Bulk copies of 16-byte multiples: the panels' rows are 16-byte aligned and hold whole groups of 4
+    // columns (scan_plan() asks for leading dimensions of 4k elements; the runtime runs the column scan
+    // instead on panels that are not aligned or whose column count is not a multiple of 4).
     line(1, "for (long long tile = blockIdx.y; tile < p.ntiles; tile += gridDim.y) {{");
     line(2, "const long long out_begin = tile * p.tile_rows;");
     line(2, "const long long row_end = out_begin + p.tile_rows < p.rows ? out_begin + p.tile_rows : p.rows;");
@@ -510,10 +545,10 @@ std::string Emitter::run_scan() {
         line(2, "if (seg == {}) fj_tcnt[{} + lane] = {};", (QS + q) % kS, (kS * QC + q) * kC,
              -static_cast<long long>(k_.states[P.counters[q].state].init) - 1);
     scan_loader(2);
-    for (int b = 0; b < kP; ++b) {
-        line(2, "if ({} < nb) fj_issue();", b);
-        line(2, "FJ_CP_COMMIT();");
-    }
+    line(2, "if (seg == 0) {{");
+    line(3, "FJ_PROXY_FENCE();");
+    for (int b = 0; b < kP; ++b) line(3, "if ({} < nb) fj_issue();", b);
+    line(2, "}}");
     // Per lag read, the byte offset in a ring of this warp's segment's first row read at that lag and of
     // this lane's column; and this segment's first output row; both stepped by a batch.
     std::set<int> lags;
@@ -526,10 +561,14 @@ std::string Emitter::run_scan() {
     line(2, "#pragma unroll 1");
     line(2, "for (int b = 0; b < nb; ++b) {{");
     line(3, "const int u_batch = b * {};", kB);
-    line(3, "FJ_CP_WAIT({});", kP - 1);
-    line(3, "FJ_SYNC();  // the batch has landed for every thread, every thread is done with the batch before it");
-    line(3, "if (b + {} < nb) fj_issue();", kP);
-    line(3, "FJ_CP_COMMIT();");
+    line(3, "FJ_MBAR_WAIT(fj_mbar_addr + 8u * fj_stage, (fj_parity >> fj_stage) & 1u);  // the batch has landed");
+    line(3, "fj_parity ^= 1u << fj_stage;");
+    line(3, "fj_stage = fj_stage == {} ? 0 : fj_stage + 1;", kStages - 1);
+    line(3, "FJ_SYNC();  // every thread is done with the batch before it (and with the ring rows copied next)");
+    line(3, "if (seg == 0 && b + {} < nb) {{", kP);
+    line(4, "FJ_PROXY_FENCE();");
+    line(4, "fj_issue();");
+    line(3, "}}");
     line(3, "if (u_batch >= fj_ready && u_batch >= {} && u_batch >= first_out && u_batch + {} <= n_pass) {{", P.reach, kB);
     scan_batch(4, false);
     line(3, "}} else {{");
@@ -540,7 +579,6 @@ std::string Emitter::run_scan() {
              (P.ring_rows - kB) * kC * 4, lag, kB * kC * 4);
     for (std::size_t o = 0; o < no; ++o) line(3, "fj_out{} += {}LL * ld_out{};", o, kB, o);
     line(2, "}}");
-    line(2, "FJ_CP_WAIT(0);");
     line(1, "}}");
     line(0, "}}");
     scan_mode_ = false;

@@ -36,6 +36,9 @@ const char* const kShim = R"(// Host stand-ins for what generated CUDA kernels u
 #include <cstring>
 #include <atomic>
 #include <barrier>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
 #include <thread>
 #include <vector>
 struct fj_dim3 { unsigned x = 0, y = 0, z = 0; };
@@ -70,11 +73,56 @@ static inline int atomicMax(int* a, int v) {
     return old;
 }
 #define FJ_SYNC() __syncthreads()
-static inline void fj_cp16(unsigned dst, const void* src, int skip) {
-    if (skip) std::memset(fj_block_smem + dst, 0, 16);
-    else std::memcpy(fj_block_smem + dst, src, 16);
+// Bulk copies land at once. The mbarriers are modelled: init(count), arrivals that announce bytes
+// (expect_tx), copies that deliver them; a phase completes when all `count` threads have arrived and every
+// announced byte has landed, and a wait for a phase's parity spins until then. A wait that does not end
+// within 20 s (a phase announced wrongly or never) sets fj_tx_errors and returns.
+struct fj_mbar_model { int count = 0, arrived = 0; long long tx = 0; unsigned phase = 0; };
+static std::mutex fj_mbar_mutex;
+static fj_mbar_model fj_mbars[64];
+static std::atomic<int> fj_tx_bad{0};
+extern "C" int fj_tx_errors() { return fj_tx_bad.load(); }
+static inline fj_mbar_model& fj_mbar(unsigned bar) {
+    if (bar % 8 != 0) fj_tx_bad = 1;
+    return fj_mbars[(bar / 8) % 64];
 }
-#define FJ_CP16(dst, src, skip) fj_cp16(dst, src, skip)
+static inline void fj_mbar_settle(fj_mbar_model& m) {
+    if (m.arrived == m.count && m.tx == 0) { m.arrived = 0; ++m.phase; }
+}
+static inline void fj_mbar_init(unsigned bar, int n) { std::lock_guard<std::mutex> g(fj_mbar_mutex); fj_mbar(bar) = {n, 0, 0, 0}; }
+static inline void fj_mbar_expect(unsigned bar, unsigned bytes) {
+    std::lock_guard<std::mutex> g(fj_mbar_mutex);
+    fj_mbar_model& m = fj_mbar(bar);
+    m.tx += bytes;
+    ++m.arrived;
+    if (m.arrived > m.count) fj_tx_bad = 1;
+    fj_mbar_settle(m);
+}
+static inline void fj_bulk(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+    if (bytes % 16 != 0 || dst % 16 != 0 || reinterpret_cast<std::uintptr_t>(src) % 16 != 0) fj_tx_bad = 1;
+    std::memcpy(fj_block_smem + dst, src, bytes);
+    std::lock_guard<std::mutex> g(fj_mbar_mutex);
+    fj_mbar_model& m = fj_mbar(bar);
+    m.tx -= bytes;
+    fj_mbar_settle(m);
+}
+static inline void fj_mbar_wait(unsigned bar, unsigned parity) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);  // (after one failure: at once)
+    for (;;) {
+        {
+            std::lock_guard<std::mutex> g(fj_mbar_mutex);
+            if ((fj_mbar(bar).phase & 1u) != parity) return;
+        }
+        if (fj_tx_bad || std::chrono::steady_clock::now() > until) { fj_tx_bad = 1; return; }
+        std::this_thread::yield();
+    }
+}
+#define FJ_BULK(dst, src, bytes, bar) fj_bulk(dst, src, bytes, bar)
+#define FJ_MBAR_INIT(bar, n) fj_mbar_init(bar, n)
+#define FJ_MBAR_INIT_FENCE() ((void)0)
+#define FJ_MBAR_EXPECT(bar, bytes) fj_mbar_expect(bar, bytes)
+#define FJ_PROXY_FENCE() ((void)0)
+#define FJ_MBAR_WAIT(bar, parity) fj_mbar_wait(bar, parity)
 #define FJ_SHARED_ADDR(p) ((unsigned)(reinterpret_cast<const unsigned char*>(p) - fj_smem))
 // The hardware estimate (relative error below 2^-22) as a float32 rounding of the exact value, so that the
 // refinement after it is what makes results right.
@@ -184,6 +232,12 @@ public:
         for (const auto& n : k.outputs) w.push_back(static_cast<std::uint64_t>(out.at(n).ld));
         for (std::int64_t v : {p0.rows, p0.cols, s.tile_rows, s.ntiles}) w.push_back(static_cast<std::uint64_t>(v));
         fn(w.data(), static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.grid_y), static_cast<unsigned>(s.block));
+        if (window_scan_) {
+            void* at = dlsym(so_, "fj_tx_errors");
+            REQUIRE(at != nullptr);
+            auto tx_errors = reinterpret_cast<int (*)()>(at);
+            CHECK_MESSAGE(tx_errors() == 0, "an mbarrier phase did not complete (bytes announced and copied differ), or a copy was not 16-byte aligned");
+        }
     }
 
 private:

@@ -103,7 +103,7 @@ int long_window_inputs(const ir::Kernel& kernel) {
 }
 
 codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype, const CudaSettings& settings,
-                                           const std::vector<long long>& strides) {
+                                           const std::vector<long long>& strides, const std::string& arch) {
     codegen::CudaEmitOptions eo;
     eo.dtype = dtype;
     eo.unroll = settings.unroll;
@@ -117,7 +117,9 @@ codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype
     eo.max_threads = settings.launch_bounds;
     eo.warm_only_rows = settings.warm_rows;
     eo.cache_hints = settings.cache_hints >= 0 ? settings.cache_hints == 1 : kernel.max_input_lag >= kCacheHintMinLag;
-    if (settings.window_scan == 1 || (settings.window_scan == -1 && long_window_inputs(kernel) >= kWindowScanMinInputs)) {
+    const bool scan_arch = codegen::cuda_arch_number(arch) >= codegen::kWindowScanMinArch;
+    if (scan_arch &&
+        (settings.window_scan == 1 || (settings.window_scan == -1 && long_window_inputs(kernel) >= kWindowScanMinInputs))) {
         codegen::CudaEmitOptions scan = eo;
         scan.window_scan = true;
         if (codegen::cuda_window_scan_smem(kernel, scan) > 0) return scan;
@@ -137,7 +139,7 @@ CudaCompiled compile_cuda_kernel(const ir::Kernel& kernel, DType dtype, const st
     c.function = codegen::cuda_kernel_name(kernel);
     c.key = cuda_kernel_key(kernel, dtype, arch, cubin, settings, strides);
     const auto t0 = std::chrono::steady_clock::now();
-    c.emitted = cuda_emit_options(kernel, dtype, settings, strides);
+    c.emitted = cuda_emit_options(kernel, dtype, settings, strides, arch);
     c.smem_per_thread = codegen::cuda_shared_bytes_per_thread(kernel, c.emitted);
     if (c.emitted.window_scan) c.block_smem = codegen::cuda_window_scan_smem(kernel, c.emitted);
     c.source = codegen::emit_cuda(kernel, c.emitted);
@@ -675,13 +677,13 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
                                                            bool column_only, CacheSource* source, double* ms) {
         CudaSettings settings = fixed_settings;
         if (column_only) settings.window_scan = 0;
-        codegen::CudaEmitOptions eo = cuda_emit_options(k, dtype, settings, strides);
+        codegen::CudaEmitOptions eo = cuda_emit_options(k, dtype, settings, strides, target_.arch);
         int block_smem = eo.window_scan ? codegen::cuda_window_scan_smem(k, eo) : 0;
         // A window scan needs its rings in one block's shared memory: on devices that allow less per block
         // than it needs (kWindowScanMaxSharedBytes is sized for sm_90), the column scan instead.
         if (block_smem > dev_.smem_optin) {
             settings.window_scan = 0;
-            eo = cuda_emit_options(k, dtype, settings, strides);
+            eo = cuda_emit_options(k, dtype, settings, strides, target_.arch);
             block_smem = 0;
         }
         const std::string key = cuda_kernel_key(k, dtype, target_.arch, target_.cubin, settings, strides);

@@ -112,10 +112,11 @@ struct CudaSettings {
 // NVRTC's options for a kernel: codegen::cuda_compile_options and the extra ones.
 std::vector<std::string> nvrtc_options(const std::string& arch, const CudaSettings& settings);
 
-// The emitter's options for a kernel with these settings (strides: see codegen::CudaEmitOptions): what
-// compile_cuda_kernel generates and what its launches must provide (shared memory).
+// The emitter's options for a kernel with these settings (strides: see codegen::CudaEmitOptions) and NVRTC
+// target ("sm_90"): what compile_cuda_kernel generates and what its launches must provide (shared memory).
+// Window scans only for targets of codegen::kWindowScanMinArch or later (their copies are sm_90's).
 codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype, const CudaSettings& settings,
-                                           const std::vector<long long>& strides);
+                                           const std::vector<long long>& strides, const std::string& arch);
 
 
 // The cache key of a kernel: IR hash, dtype, codegen version, NVRTC target, NVRTC version, options.
