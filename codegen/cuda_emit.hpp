@@ -126,6 +126,11 @@ inline constexpr int kWindowScanMinArch = 90;
 int cuda_arch_number(const std::string& arch);
 inline constexpr int kWindowScanThreads = 256;
 inline constexpr int kWindowScanColumns = 32;
+// Its parameters end with two tensor maps per input (CUtensorMap, 128 bytes, 128-byte aligned after the
+// words of the ABI above): boxes of kWindowScanColumns columns by kWindowScanBatchRows rows (a batch) and by
+// kWindowScanMirrorRows rows (the ring's mirror), of float32 with zeros out of bounds.
+inline constexpr int kWindowScanBatchRows = 32;
+inline constexpr int kWindowScanMirrorRows = 4;
 // At most this much shared memory per block, so that two blocks fit an SM of sm_90 (227 KB).
 inline constexpr int kWindowScanMaxSharedBytes = 113 * 1024;
 // Dynamic shared memory per block of the window-scan kernel of `kernel` with these options, or 0 when it

@@ -172,6 +172,7 @@ private:
     void scan_plan();
     void scan_prescan(int ind);
     void scan_loader(int ind);
+    void scan_macros();
     void scan_batch(int ind, bool guarded);
     void scan_segment_loads(int ind, const std::vector<bool>& phase);
     void scan_prev_values(int ind, int i);
@@ -827,12 +828,19 @@ private:
             line(0, "}}");
             line(0, "#endif");
         }
+        if (scan_mode_) scan_macros();
         line(0, "struct fj_params_{} {{", name_);
         for (std::size_t i = 0; i < k_.inputs.size(); ++i) line(1, "const {}* in{};", T_, i);
         for (std::size_t i = 0; i < k_.inputs.size(); ++i) line(1, "long long in_ld{};", i);
         for (std::size_t i = 0; i < k_.outputs.size(); ++i) line(1, "{}* out{};", T_, i);
         for (std::size_t i = 0; i < k_.outputs.size(); ++i) line(1, "long long out_ld{};", i);
         line(1, "long long rows, cols, tile_rows, ntiles;");
+        if (scan_mode_) {
+            // Window scans: per input, the tensor maps of its batch copies and of the ring's mirror rows
+            // (kWindowScanBatchRows and kWindowScanMirrorRows rows of kWindowScanColumns columns; the
+            // runtime's ABI, cuda_emit.hpp).
+            for (std::size_t i = 0; i < k_.inputs.size(); ++i) line(1, "fj_tmap tm{}, tm{}_m;", i, i);
+        }
         line(0, "}};");
     }
 

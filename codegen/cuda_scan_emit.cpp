@@ -35,6 +35,7 @@ constexpr int kC = kWindowScanColumns;  // columns per block: a warp's lanes
 constexpr int kS = 8;                   // segments per batch: the block's warps
 constexpr int kR = 4;                   // rows per segment
 constexpr int kB = kS * kR;             // rows per batch
+static_assert(kB == kWindowScanBatchRows && kR == kWindowScanMirrorRows, "the runtime's tensor maps (cuda_emit.hpp)");
 constexpr int kP = 2;                   // batches copied ahead
 constexpr int kStages = kP + 1;         // mbarriers: one per batch in flight (the batch computed and kP ahead)
 constexpr int kNone = -(1 << 30);       // a run counter's "no reset in this segment"
@@ -328,37 +329,31 @@ void Emitter::scan_prescan(int ind) {
         if (state_fexact_[static_cast<std::size_t>(s.state)]) line(ind, "const float sf{} = (float)s{};", s.state, s.state);
 }
 
-// The copy of the next batch into the rings, by warp 0: lane r copies row r of the batch, one bulk copy per
-// ring input (cp.async.bulk: the block's columns of a row are contiguous), and again after the ring's end for
-// its first rows (the mirror, read by segments whose rows wrap). Each lane announces its bytes on the
-// batch's mbarrier (expect_tx with its arrival; the barrier expects all 32), so the barrier's phase completes
-// when every row has landed. Rows after the pass are not copied: what the ring holds there feeds only rows
-// that are not stored. Compared with a 16-byte cp.async per thread, this moved about 8 instructions per row
-// of 32 columns out of every warp (bench/RESULTS.md). The source pointers, ring offset and stage step by a
-// batch per copy (set per pass before the first).
+// The copy of the next batch into the rings, by thread 0: one tensor copy (TMA) per ring input of the
+// batch's 32 rows of the block's 32 columns, and for the ring's first slot one more of its first rows into
+// the mirror after the ring's end (read by segments whose rows wrap). Rows and columns past the panel arrive
+// as zeros; rows after the pass hold the panel's next rows, which feed only rows that are not stored. The
+// thread's arrival on the batch's mbarrier announces the bytes (a tensor copy always delivers its whole
+// box), so the barrier's phase completes when they have landed. Compared with a 16-byte cp.async per
+// thread, every warp but one is rid of the copies' address arithmetic (bench/RESULTS.md). The row, ring
+// offset and stage step by a batch per copy (set per pass before the first).
 void Emitter::scan_loader(int ind) {
     const ScanPlan& P = scan_;
-    line(ind, "int fj_load_u = lane;");
-    line(ind, "unsigned fj_dst = (unsigned)lane * {}u;  // bytes into a ring", kC * 4);
-    for (int slot : P.ring_inputs)
-        line(ind, "const float* fj_src{} = p.in{} + (row_begin + lane) * ld_in{} + fj_col0;", slot, slot, slot);
+    line(ind, "int fj_load_row = (int)row_begin;  // (rows < 2^31: the runtime checks)");
+    line(ind, "unsigned fj_dst = 0;  // bytes into a ring");
     line(ind, "auto fj_issue = [&]() {{");
     const int in = ind + 1;
     const int ring_bytes = P.ring_rows * kC * 4;
-    line(in, "const unsigned bytes = fj_load_u < n_pass ? fj_row_bytes : 0u;  // rows after the pass: none");
-    line(in, "const bool mirror = fj_dst < {}u;  // the ring's first rows again after its end", (kR - 1) * kC * 4);
     line(in, "const unsigned bar = fj_mbar_addr + 8u * fj_issue_stage;");
-    line(in, "FJ_MBAR_EXPECT(bar, bytes * {}u * (mirror ? 2u : 1u));", P.ring_inputs.size());
-    line(in, "if (bytes) {{");
+    line(in, "const bool mirror = fj_dst == 0;  // the ring's first rows again after its end");
+    line(in, "FJ_MBAR_EXPECT(bar, mirror ? {}u : {}u);", P.ring_inputs.size() * (kB + kR) * kC * 4,
+         P.ring_inputs.size() * kB * kC * 4);
     for (int slot : P.ring_inputs) {
-        line(in + 1, "FJ_BULK(fj_ring_addr{} + fj_dst, fj_src{}, bytes, bar);", slot, slot);
-        line(in + 1, "if (mirror) FJ_BULK(fj_ring_addr{} + fj_dst + {}u, fj_src{}, bytes, bar);", slot, ring_bytes, slot);
+        line(in, "FJ_TMA(fj_ring_addr{} + fj_dst, (unsigned long long)&p.tm{}, (int)fj_col0, fj_load_row, bar);", slot, slot);
+        line(in, "if (mirror) FJ_TMA(fj_ring_addr{} + {}u, (unsigned long long)&p.tm{}_m, (int)fj_col0, fj_load_row, bar);", slot, ring_bytes, slot);
     }
-    line(in, "}}");
-    for (int slot : P.ring_inputs) line(in, "fj_src{} += {}LL * ld_in{};", slot, kB, slot);
-    line(in, "fj_load_u += {};", kB);
-    line(in, "fj_dst = fj_dst >= {}u ? fj_dst - {}u : fj_dst + {}u;", (P.ring_rows - kB) * kC * 4, (P.ring_rows - kB) * kC * 4,
-         kB * kC * 4);
+    line(in, "fj_load_row += {};", kB);
+    line(in, "fj_dst = fj_dst >= {}u ? 0u : fj_dst + {}u;", (P.ring_rows - kB) * kC * 4, kB * kC * 4);
     line(in, "fj_issue_stage = fj_issue_stage == {} ? 0 : fj_issue_stage + 1;", kStages - 1);
     line(ind, "}};");
 }
@@ -453,19 +448,13 @@ void Emitter::scan_batch(int ind, bool guarded) {
     guarded_ = false;
 }
 
-std::string Emitter::run_scan() {
-    scan_plan();
-    if (!scan_.ok)
-        throw BackendError(fmt::format("CUDA emitter: kernel {} cannot run as a window scan: {}", k_.name, scan_.why_not));
-    const ScanPlan& P = scan_;
-    scan_mode_ = true;
-    header();
-    line(0, "// Window scan (cuda_scan_emit.cpp): {} columns per block, {} rows per batch in {} segments, rings of {} rows.",
-         kC, kB, kS, P.ring_rows);
-    // Copies and their barriers (sm_90: cp.async.bulk with mbarrier transaction counts). Host tests define
-    // these macros first (tests/test_cuda_emulated.cpp).
-    line(0, "#ifndef FJ_BULK");
-    line(0, "#define FJ_BULK(dst, src, bytes, bar) asm volatile(\"cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\" :: \"r\"(dst), \"l\"(src), \"r\"(bytes), \"r\"(bar) : \"memory\")");
+// The macros window scans use: copies and their barriers (sm_90: tensor copies with mbarrier transaction
+// counts), shared memory, the block barrier. Host tests define them first (tests/test_cuda_emulated.cpp).
+void Emitter::scan_macros() {
+    line(0, "#ifndef FJ_TMA");
+    // (A tensor map: CUtensorMap, filled by the runtime with cuTensorMapEncodeTiled.)
+    line(0, "struct alignas(128) fj_tmap {{ unsigned long long w[16]; }};");
+    line(0, "#define FJ_TMA(dst, map, x, y, bar) asm volatile(\"cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {{%2, %3}}], [%4];\" :: \"r\"(dst), \"l\"(map), \"r\"(x), \"r\"(y), \"r\"(bar) : \"memory\")");
     line(0, "#define FJ_MBAR_INIT(bar, n) asm volatile(\"mbarrier.init.shared::cta.b64 [%0], %1;\" :: \"r\"(bar), \"r\"(n) : \"memory\")");
     line(0, "#define FJ_MBAR_INIT_FENCE() asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\")");
     // (An arrival that also raises the phase's expected bytes.)
@@ -478,11 +467,24 @@ std::string Emitter::run_scan() {
     line(1, "asm volatile(\"{{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }}\" : \"=r\"(done) : \"r\"(bar), \"r\"(parity) : \"memory\");");
     line(1, "return done != 0;");
     line(0, "}}");
-    line(0, "#define FJ_SMEM_DECL extern __shared__ __align__(16) unsigned char fj_smem[]");
+    line(0, "#define FJ_SMEM_DECL extern __shared__ __align__(128) unsigned char fj_smem[]");
     line(0, "#define FJ_SHARED_ADDR(p) ((unsigned)__cvta_generic_to_shared(p))");
     line(0, "#define FJ_SYNC() __syncthreads()");
     line(0, "#endif");
-    line(0, "extern \"C\" __global__ void __launch_bounds__({}, 2) {}(const fj_params_{} p) {{", kC * kS, name_, name_);
+}
+
+std::string Emitter::run_scan() {
+    scan_plan();
+    if (!scan_.ok)
+        throw BackendError(fmt::format("CUDA emitter: kernel {} cannot run as a window scan: {}", k_.name, scan_.why_not));
+    const ScanPlan& P = scan_;
+    scan_mode_ = true;
+    header();
+    line(0, "// Window scan (cuda_scan_emit.cpp): {} columns per block, {} rows per batch in {} segments, rings of {} rows.",
+         kC, kB, kS, P.ring_rows);
+    // (__grid_constant__: the tensor maps are read where the parameters are, by address.)
+    line(0, "extern \"C\" __global__ void __launch_bounds__({}, 2) {}(const __grid_constant__ fj_params_{} p) {{", kC * kS,
+         name_, name_);
     const int QS = static_cast<int>(P.sums.size()), QC = static_cast<int>(P.counters.size());
     const std::size_t ni = k_.inputs.size(), no = k_.outputs.size();
     if (o_.strides.size() != ni + no)
@@ -507,10 +509,8 @@ std::string Emitter::run_scan() {
     line(1, "const long long j = (long long)blockIdx.x * {} + lane;", kC);
     line(1, "const bool fj_active = j < p.cols;");
     line(1, "const long long fj_col0 = (long long)blockIdx.x * {};", kC);
-    // The bytes of a row the block copies: whole groups of 4 columns (16 bytes; cols % 4 == 0).
-    line(1, "const unsigned fj_row_bytes = (unsigned)(p.cols - fj_col0 < {} ? p.cols - fj_col0 : {}) * 4u;", kC, kC);
     line(1, "if (threadIdx.x == 0) {{");
-    for (int k = 0; k < kStages; ++k) line(2, "FJ_MBAR_INIT(fj_mbar_addr + {}u, {});", 8 * k, kC);
+    for (int k = 0; k < kStages; ++k) line(2, "FJ_MBAR_INIT(fj_mbar_addr + {}u, 1);", 8 * k);
     line(2, "FJ_MBAR_INIT_FENCE();");
     line(1, "}}");
     line(1, "int fj_stage = 0, fj_issue_stage = 0;  // the mbarrier of the batch waited for, issued");
@@ -545,7 +545,7 @@ std::string Emitter::run_scan() {
         line(2, "if (seg == {}) fj_tcnt[{} + lane] = {};", (QS + q) % kS, (kS * QC + q) * kC,
              -static_cast<long long>(k_.states[P.counters[q].state].init) - 1);
     scan_loader(2);
-    line(2, "if (seg == 0) {{");
+    line(2, "if (threadIdx.x == 0) {{");
     line(3, "FJ_PROXY_FENCE();");
     for (int b = 0; b < kP; ++b) line(3, "if ({} < nb) fj_issue();", b);
     line(2, "}}");
@@ -565,7 +565,7 @@ std::string Emitter::run_scan() {
     line(3, "fj_parity ^= 1u << fj_stage;");
     line(3, "fj_stage = fj_stage == {} ? 0 : fj_stage + 1;", kStages - 1);
     line(3, "FJ_SYNC();  // every thread is done with the batch before it (and with the ring rows copied next)");
-    line(3, "if (seg == 0 && b + {} < nb) {{", kP);
+    line(3, "if (threadIdx.x == 0 && b + {} < nb) {{", kP);
     line(4, "FJ_PROXY_FENCE();");
     line(4, "fj_issue();");
     line(3, "}}");

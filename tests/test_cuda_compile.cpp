@@ -329,7 +329,7 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         const auto scan = specialised(long_plan, cu::CudaSettings{});
         CHECK(scan.emitted.window_scan);
         CHECK(scan.block_smem == 2 * (352 + 4) * 32 * 4 + 9 * 32 * (5 * 8 + 3 * 4) + 3 * 8 + 16);
-        CHECK(scan.source.find("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes") != std::string::npos);
+        CHECK(scan.source.find("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes") != std::string::npos);
         // Their copies are sm_90's: for earlier targets the column scan.
         const std::vector<long long> lds(3, 50000);
         CHECK(cu::cuda_emit_options(long_plan.regions[0].kernel, fj::DType::F32, cu::CudaSettings{}, lds, "sm_90").window_scan);

@@ -73,7 +73,7 @@ static inline int atomicMax(int* a, int v) {
     return old;
 }
 #define FJ_SYNC() __syncthreads()
-// Bulk copies land at once. The mbarriers are modelled: init(count), arrivals that announce bytes
+// Tensor copies land at once. The mbarriers are modelled: init(count), arrivals that announce bytes
 // (expect_tx), copies that deliver them; a phase completes when all `count` threads have arrived and every
 // announced byte has landed, and a wait for a phase's parity spins until then. A wait that does not end
 // within 20 s (a phase announced wrongly or never) sets fj_tx_errors and returns.
@@ -98,13 +98,21 @@ static inline void fj_mbar_expect(unsigned bar, unsigned bytes) {
     if (m.arrived > m.count) fj_tx_bad = 1;
     fj_mbar_settle(m);
 }
-static inline void fj_bulk(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
-    if (bytes % 16 != 0 || dst % 16 != 0 || reinterpret_cast<std::uintptr_t>(src) % 16 != 0) fj_tx_bad = 1;
-    std::memcpy(fj_block_smem + dst, src, bytes);
+// A tensor map here: {panel, ld, rows, cols, box rows} (the runner fills them; kWindowScanColumns columns).
+struct alignas(128) fj_tmap { unsigned long long w[16]; };
+static inline void fj_tma(unsigned dst, unsigned long long map, int x, int y, unsigned bar) {
+    const fj_tmap& m = *reinterpret_cast<const fj_tmap*>(map);
+    const float* panel = reinterpret_cast<const float*>(m.w[0]);
+    const long long ld = (long long)m.w[1], rows = (long long)m.w[2], cols = (long long)m.w[3], box_rows = (long long)m.w[4];
+    if (dst % 128 != 0 || x % 4 != 0) fj_tx_bad = 1;
+    float* to = reinterpret_cast<float*>(fj_block_smem + dst);
+    for (long long r = 0; r < box_rows; ++r)
+        for (long long c = 0; c < 32; ++c)  // zeros out of bounds
+            to[r * 32 + c] = y + r < rows && x + c < cols ? panel[(y + r) * ld + x + c] : 0.0f;
     std::lock_guard<std::mutex> g(fj_mbar_mutex);
-    fj_mbar_model& m = fj_mbar(bar);
-    m.tx -= bytes;
-    fj_mbar_settle(m);
+    fj_mbar_model& mb = fj_mbar(bar);
+    mb.tx -= box_rows * 32 * 4;
+    fj_mbar_settle(mb);
 }
 static inline void fj_mbar_wait(unsigned bar, unsigned parity) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);  // (after one failure: at once)
@@ -117,7 +125,8 @@ static inline void fj_mbar_wait(unsigned bar, unsigned parity) {
         std::this_thread::yield();
     }
 }
-#define FJ_BULK(dst, src, bytes, bar) fj_bulk(dst, src, bytes, bar)
+#define FJ_TMA(dst, map, x, y, bar) fj_tma(dst, map, x, y, bar)
+#define __grid_constant__
 #define FJ_MBAR_INIT(bar, n) fj_mbar_init(bar, n)
 #define FJ_MBAR_INIT_FENCE() ((void)0)
 #define FJ_MBAR_EXPECT(bar, bytes) fj_mbar_expect(bar, bytes)
@@ -231,12 +240,30 @@ public:
         for (const auto& n : k.outputs) w.push_back(reinterpret_cast<std::uint64_t>(out.at(n).data));
         for (const auto& n : k.outputs) w.push_back(static_cast<std::uint64_t>(out.at(n).ld));
         for (std::int64_t v : {p0.rows, p0.cols, s.tile_rows, s.ntiles}) w.push_back(static_cast<std::uint64_t>(v));
-        fn(w.data(), static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.grid_y), static_cast<unsigned>(s.block));
+        if (window_scan_) {  // the tensor maps as the shim reads them (the runtime: append_tensor_maps)
+            while (w.size() % 16) w.push_back(0);
+            for (const auto& n : k.inputs)
+                for (int box_rows : {fj::codegen::kWindowScanBatchRows, fj::codegen::kWindowScanMirrorRows}) {
+                    const fj::Panel& p = in.at(n);
+                    const std::size_t at = w.size();
+                    w.resize(at + 16, 0);
+                    w[at] = reinterpret_cast<std::uint64_t>(p.data);
+                    w[at + 1] = static_cast<std::uint64_t>(p.ld);
+                    w[at + 2] = static_cast<std::uint64_t>(p.rows);
+                    w[at + 3] = static_cast<std::uint64_t>(p.cols);
+                    w[at + 4] = static_cast<std::uint64_t>(box_rows);
+                }
+        }
+        // (The parameters' struct has 128-byte aligned members: read from storage aligned so.)
+        struct alignas(128) Block { std::uint64_t w[16]; };
+        std::vector<Block> params((w.size() + 15) / 16);
+        std::memcpy(params.data(), w.data(), w.size() * sizeof(std::uint64_t));
+        fn(params.data(), static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.grid_y), static_cast<unsigned>(s.block));
         if (window_scan_) {
             void* at = dlsym(so_, "fj_tx_errors");
             REQUIRE(at != nullptr);
             auto tx_errors = reinterpret_cast<int (*)()>(at);
-            CHECK_MESSAGE(tx_errors() == 0, "an mbarrier phase did not complete (bytes announced and copied differ), or a copy was not 16-byte aligned");
+            CHECK_MESSAGE(tx_errors() == 0, "an mbarrier phase did not complete (bytes announced and copied differ), or a copy was misaligned");
         }
     }
 

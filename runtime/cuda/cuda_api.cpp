@@ -102,6 +102,7 @@ void load_driver() {
     resolve(lib, d.cuMemFree, "cuMemFree_v2", true, &missing);
     resolve(lib, d.cuMemAllocAsync, "cuMemAllocAsync", false, &missing);
     resolve(lib, d.cuMemFreeAsync, "cuMemFreeAsync", false, &missing);
+    resolve(lib, d.cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled", false, &missing);
     resolve(lib, d.cuMemHostAlloc, "cuMemHostAlloc", true, &missing);
     resolve(lib, d.cuMemFreeHost, "cuMemFreeHost", true, &missing);
     resolve(lib, d.cuMemcpyHtoD, "cuMemcpyHtoD_v2", true, &missing);

@@ -58,6 +58,12 @@ inline constexpr unsigned CU_MEMORYTYPE_HOST = 1;
 inline constexpr unsigned CU_MEMORYTYPE_DEVICE = 2;
 inline constexpr unsigned CU_STREAM_NON_BLOCKING = 1;
 inline constexpr unsigned CU_EVENT_DEFAULT = 0;
+// cuTensorMapEncodeTiled's enums (cuda.h): float32 elements, no interleave or swizzle, zeros out of bounds.
+inline constexpr int CU_TENSOR_MAP_DATA_TYPE_FLOAT32 = 7;
+inline constexpr int CU_TENSOR_MAP_INTERLEAVE_NONE = 0;
+inline constexpr int CU_TENSOR_MAP_SWIZZLE_NONE = 0;
+inline constexpr int CU_TENSOR_MAP_L2_PROMOTION_L2_128B = 2;
+inline constexpr int CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0;
 inline constexpr unsigned CU_MEMHOSTALLOC_PORTABLE = 1;
 
 // cuMemcpy2D's parameters (CUDA_MEMCPY2D_v2): rows of WidthInBytes between two pitched layouts.
@@ -124,6 +130,10 @@ struct Driver {
     CUresult (*cuMemFree)(CUdeviceptr);
     CUresult (*cuMemAllocAsync)(CUdeviceptr*, std::size_t, CUstream);  // null where unsupported
     CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);                 // null where unsupported
+    // A tensor map (CUtensorMap: 16 words) for TMA copies; null where the driver predates CUDA 12.
+    CUresult (*cuTensorMapEncodeTiled)(void* map, int dtype, unsigned rank, void* address, const std::uint64_t* dims,
+                                       const std::uint64_t* strides, const unsigned* box, const unsigned* element_strides,
+                                       int interleave, int swizzle, int l2_promotion, int oob_fill);
     CUresult (*cuMemHostAlloc)(void**, std::size_t, unsigned flags);
     CUresult (*cuMemFreeHost)(void*);
     CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, std::size_t);

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <exception>
 #include <map>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -366,6 +367,7 @@ private:
         return tmp_views_[static_cast<std::size_t>(r.index)];
     }
     void update_shapes(std::int64_t rows, std::int64_t cols);
+    void append_tensor_maps(const KernelInfo& k, std::int64_t rows, std::int64_t cols);
 
     const Device& dev_;
     DType dtype_;
@@ -405,10 +407,12 @@ const LoadedKernel& CudaExecutable::kernel_for_run(std::size_t i, std::int64_t r
         k.fixed_strides = strides;
     }
     if (k.fixed->block_smem > 0) {
-        // A window scan copies rows 16 bytes at a time (its leading dimensions are multiples of 4 elements):
-        // panels that do not start on 16 bytes (views at odd column offsets) or whose column count is not
-        // a multiple of 4 get the column scan.
-        bool aligned = cols % 4 == 0;
+        // A window scan copies its rows with tensor maps (its leading dimensions are multiples of 4 elements):
+        // panels that do not start on 16 bytes (views at odd column offsets), whose column count is not a
+        // multiple of 4 or whose rows do not fit the maps' 32-bit coordinates, and drivers without
+        // cuTensorMapEncodeTiled, get the column scan.
+        bool aligned = cols % 4 == 0 && rows <= std::numeric_limits<std::int32_t>::max() - codegen::kWindowScanBatchRows &&
+                       driver_api().cuTensorMapEncodeTiled != nullptr;
         for (const ArgRef& r : k.in_refs) aligned = aligned && view(r).ptr % 16 == 0;
         if (!aligned) {
             if (!k.fixed_column) {
@@ -513,6 +517,7 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
         words_.push_back(static_cast<std::uint64_t>(cols));
         words_.push_back(static_cast<std::uint64_t>(s.tile_rows));
         words_.push_back(static_cast<std::uint64_t>(s.ntiles));
+        if (run_kernels_[i]->block_smem > 0) append_tensor_maps(k, rows, cols);
         void* params[] = {words_.data()};
         FJ_CU(cuLaunchKernel, shape_fn_[i], static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.grid_y), 1u,
               static_cast<unsigned>(s.block), 1u, 1u, static_cast<unsigned>(shape_smem_[i]), stream_, params, nullptr);
@@ -520,6 +525,27 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
     for (std::size_t o = 0; o < outputs.size(); ++o)
         if (outputs[o].memory != Memory::Cuda) copy_2d(stream_, false, outputs[o], out_views_[o].ptr, cols);
     FJ_CU(cuStreamSynchronize, stream_);
+}
+
+// A window scan's tensor maps, after the words at the next 128 bytes: per input, boxes of a batch and of the
+// ring's mirror rows (codegen/cuda_emit.hpp).
+void CudaExecutable::append_tensor_maps(const KernelInfo& k, std::int64_t rows, std::int64_t cols) {
+    constexpr std::size_t kMapWords = 16;
+    while (words_.size() % kMapWords) words_.push_back(0);
+    for (const ArgRef& r : k.in_refs) {
+        const DevView v = view(r);
+        const std::uint64_t dims[2] = {static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(rows)};
+        const std::uint64_t strides[1] = {static_cast<std::uint64_t>(v.ld) * 4};
+        const unsigned element_strides[2] = {1, 1};
+        for (int box_rows : {codegen::kWindowScanBatchRows, codegen::kWindowScanMirrorRows}) {
+            const unsigned box[2] = {static_cast<unsigned>(codegen::kWindowScanColumns), static_cast<unsigned>(box_rows)};
+            const std::size_t at = words_.size();
+            words_.resize(at + kMapWords);
+            FJ_CU(cuTensorMapEncodeTiled, &words_[at], CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2u, reinterpret_cast<void*>(v.ptr),
+                  dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                  CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        }
+    }
 }
 
 std::string CudaExecutable::explain() const {
