@@ -117,10 +117,10 @@ struct CudaEmitOptions {
 // combined by a scan across warps). For kernels whose states are window sums, run counters, first values
 // and previous values only (the moments of corr, cov, mean, std, ...). Launch: blocks of
 // kWindowScanThreads threads, each owning kWindowScanColumns columns, cuda_window_scan_smem() bytes of
-// dynamic shared memory per block; time tiles as for the column scan. Its rows are copied 16 bytes at a
-// time: panels must start on 16 bytes and have a multiple of 4 columns (the runtime checks, and runs the
+// dynamic shared memory per block; time tiles as for the column scan. Its rows arrive by tensor copies
+// (TMA): panels must start on 16 bytes and have a multiple of 4 columns (the runtime checks, and runs the
 // column scan otherwise).
-// Window scans copy with cp.async.bulk and mbarrier transaction counts: sm_90 and later.
+// Window scans copy with tensor copies and mbarrier transaction counts: sm_90 and later.
 inline constexpr int kWindowScanMinArch = 90;
 // The number of an NVRTC target ("sm_90" and "compute_90a" -> 90; 0 when it has none).
 int cuda_arch_number(const std::string& arch);

@@ -3,7 +3,8 @@
 // Why: the column-scan kernel re-reads each row from global memory as it leaves a window. With 512 threads
 // per SM in flight, a 250-row window keeps 132 x 512 x 250 rows x 8 bytes = 135 MB of rows to re-read, far
 // more than the H200's 50 MB L2, so the re-reads come from DRAM: 5 units of traffic against the floor's 3.
-// Here a block keeps its 32 columns' whole window in shared memory instead (rings filled by cp.async), and so
+// Here a block keeps its 32 columns' whole window in shared memory instead (rings filled by tensor copies,
+// sm_90), and so
 // that 256 threads still share those columns, each 32-row batch is cut into 8 segments of 4 rows, one per
 // warp (lanes are the columns). A segment runs its rows from zero: window sums accumulate their terms from
 // 0, run counters note the latest row that reset them. The segments' totals are then combined across warps
@@ -22,8 +23,10 @@
 // there are no rings, and every lagged input is read only where RowInPass masks its value before the pass
 // (pass_only_loads()): the rings hold the pass's rows only.
 //
-// Block: 256 threads, 32 columns, 2 batches copied ahead. Per batch three barriers: the batch has landed;
-// the segments' totals are written; their prefixes are written. Batches run without guards from the row on
+// Block: 256 threads, 32 columns, 2 batches copied ahead by thread 0 (scan_loader()), each completing on
+// its own mbarrier, which every thread waits for. Per batch three block barriers: every thread is done with
+// the batch before (the totals and the ring rows copied next); the segments' totals are written; their
+// prefixes are written. Batches run without guards from the row on
 // which every column of the block has its first values (found once per pass), the window's reach and the
 // first output row, up to the pass's last whole batch; the others are guarded.
 #include "codegen/cuda_emitter.hpp"
@@ -212,7 +215,7 @@ void Emitter::scan_plan() {
     for (const auto& [slot, lag] : P.reads) ring_set.insert(slot);
     for (int slot : ring_set)
         if (o_.strides[static_cast<std::size_t>(slot)] % 4 != 0)
-            return fail(fmt::format("input {}'s leading dimension {} is not a multiple of 4 (16-byte copies)", slot,
+            return fail(fmt::format("input {}'s leading dimension {} is not a multiple of 4 (tensor maps' strides are multiples of 16 bytes)", slot,
                                     o_.strides[static_cast<std::size_t>(slot)]));
     P.ring_inputs.assign(ring_set.begin(), ring_set.end());
     P.ring_rows = (P.reach + (kP + 1) * kB + kB - 1) / kB * kB;
@@ -517,9 +520,9 @@ std::string Emitter::run_scan() {
     line(1, "unsigned fj_parity = 0;  // bit k: the phase parity mbarrier k completes next");
     for (std::size_t i = 0; i < ni; ++i) line(1, "const long long ld_in{} = {}LL;", i, o_.strides[i]);
     for (std::size_t i = 0; i < no; ++i) line(1, "const long long ld_out{} = {}LL;", i, o_.strides[ni + i]);
-    // Bulk copies of 16-byte multiples: the panels' rows are 16-byte aligned and hold whole groups of 4
-    // columns (scan_plan() asks for leading dimensions of 4k elements; the runtime runs the column scan
-    // instead on panels that are not aligned or whose column count is not a multiple of 4).
+    // Tensor copies: the panels' rows are 16-byte aligned (a tensor map's strides are multiples of 16
+    // bytes; scan_plan() asks for leading dimensions of 4k elements; the runtime runs the column scan on
+    // panels that are not aligned or whose column count is not a multiple of 4).
     line(1, "for (long long tile = blockIdx.y; tile < p.ntiles; tile += gridDim.y) {{");
     line(2, "const long long out_begin = tile * p.tile_rows;");
     line(2, "const long long row_end = out_begin + p.tile_rows < p.rows ? out_begin + p.tile_rows : p.rows;");

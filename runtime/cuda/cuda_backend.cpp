@@ -244,8 +244,7 @@ struct KernelInfo {  // one kernel of an executable
     // The same kernel specialised on the leading dimensions of the last big run (see kSpecializeElements).
     std::shared_ptr<const LoadedKernel> fixed;
     std::shared_ptr<const LoadedKernel> fixed_column;  // when `fixed` is a window scan: the column scan, for
-                                                       // panels not 16-byte aligned or of a column count
-                                                       // that is not a multiple of 4
+                                                       // the panels it cannot copy (kernel_for_run())
     std::vector<long long> fixed_strides;
     CacheSource fixed_source = CacheSource::Compiled;
     double fixed_ms = 0;
@@ -569,8 +568,9 @@ std::string CudaExecutable::explain() const {
                                                                         k.fixed->smem_per_thread)
                                                           : std::string());
         if (k.fixed_column)
-            out += fmt::format("    and as a column scan for panels not 16-byte aligned or with a column count that is not a "
-                               "multiple of 4: {} registers, block {} ({} per SM)\n",
+            out += fmt::format("    and as a column scan for panels not 16-byte aligned, with a column count that is not a "
+                               "multiple of 4 or with 2^31 rows or more, or without tensor maps in the driver: {} registers, "
+                               "block {} ({} per SM)\n",
                                k.fixed_column->registers, k.fixed_column->block, k.fixed_column->blocks_per_sm);
         if (shape_rows_ >= 0) {
             const LaunchShape& s = shapes_[i];
