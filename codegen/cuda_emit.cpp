@@ -32,14 +32,6 @@ int cuda_window_scan_smem(const ir::Kernel& kernel, const CudaEmitOptions& optio
     return Emitter(kernel, options).scan_smem_bytes(why_not);
 }
 
-int cuda_arch_number(const std::string& arch) {
-    const std::size_t at = arch.find('_');
-    if (at == std::string::npos) return 0;
-    int n = 0;
-    for (std::size_t i = at + 1; i < arch.size() && arch[i] >= '0' && arch[i] <= '9'; ++i) n = n * 10 + (arch[i] - '0');
-    return n;
-}
-
 std::vector<std::string> cuda_compile_options(const std::string& arch, bool fmad) {
     // No --use_fast_math: IEEE division and square root, denormals kept (compensated sums need them).
     // Warning 177 (a variable never used): the float32 comparisons of inputs can leave an input's

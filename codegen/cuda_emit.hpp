@@ -122,8 +122,6 @@ struct CudaEmitOptions {
 // column scan otherwise).
 // Window scans copy with tensor copies and mbarrier transaction counts: sm_90 and later.
 inline constexpr int kWindowScanMinArch = 90;
-// The number of an NVRTC target ("sm_90" and "compute_90a" -> 90; 0 when it has none).
-int cuda_arch_number(const std::string& arch);
 inline constexpr int kWindowScanThreads = 256;
 inline constexpr int kWindowScanColumns = 32;
 // Its parameters end with two tensor maps per input (CUtensorMap, 128 bytes, 128-byte aligned after the

@@ -118,7 +118,9 @@ codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype
     eo.max_threads = settings.launch_bounds;
     eo.warm_only_rows = settings.warm_rows;
     eo.cache_hints = settings.cache_hints >= 0 ? settings.cache_hints == 1 : kernel.max_input_lag >= kCacheHintMinLag;
-    const bool scan_arch = codegen::cuda_arch_number(arch) >= codegen::kWindowScanMinArch;
+    int major = 0, minor = 0;
+    parse_arch(arch, &major, &minor);
+    const bool scan_arch = major * 10 + minor >= codegen::kWindowScanMinArch;
     if (scan_arch &&
         (settings.window_scan == 1 || (settings.window_scan == -1 && long_window_inputs(kernel) >= kWindowScanMinInputs))) {
         codegen::CudaEmitOptions scan = eo;
