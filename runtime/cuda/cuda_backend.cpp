@@ -104,7 +104,9 @@ int long_window_inputs(const ir::Kernel& kernel) {
 }
 
 codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype, const CudaSettings& settings,
-                                           const std::vector<long long>& strides, const std::string& arch) {
+                                           const std::vector<long long>& strides, const std::string& arch,
+                                           int* block_smem) {
+    if (block_smem) *block_smem = 0;
     codegen::CudaEmitOptions eo;
     eo.dtype = dtype;
     eo.unroll = settings.unroll;
@@ -125,7 +127,10 @@ codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype
         (settings.window_scan == 1 || (settings.window_scan == -1 && long_window_inputs(kernel) >= kWindowScanMinInputs))) {
         codegen::CudaEmitOptions scan = eo;
         scan.window_scan = true;
-        if (codegen::cuda_window_scan_smem(kernel, scan) > 0) return scan;
+        if (const int bytes = codegen::cuda_window_scan_smem(kernel, scan); bytes > 0) {
+            if (block_smem) *block_smem = bytes;
+            return scan;
+        }
     }
     if (settings.stages >= 2) {
         codegen::CudaEmitOptions staged = eo;
@@ -142,9 +147,8 @@ CudaCompiled compile_cuda_kernel(const ir::Kernel& kernel, DType dtype, const st
     c.function = codegen::cuda_kernel_name(kernel);
     c.key = cuda_kernel_key(kernel, dtype, arch, cubin, settings, strides);
     const auto t0 = std::chrono::steady_clock::now();
-    c.emitted = cuda_emit_options(kernel, dtype, settings, strides, arch);
+    c.emitted = cuda_emit_options(kernel, dtype, settings, strides, arch, &c.block_smem);
     c.smem_per_thread = codegen::cuda_shared_bytes_per_thread(kernel, c.emitted);
-    if (c.emitted.window_scan) c.block_smem = codegen::cuda_window_scan_smem(kernel, c.emitted);
     c.source = codegen::emit_cuda(kernel, c.emitted);
     c.emit_ms = ms_since(t0);
     c.dump_path = dump_source(fmt::format("{}-{:016x}", c.function, fnv1a64(c.key.data(), c.key.size())), c.source);
@@ -705,8 +709,8 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
                                                            bool column_only, CacheSource* source, double* ms) {
         CudaSettings settings = fixed_settings;
         if (column_only) settings.window_scan = 0;
-        codegen::CudaEmitOptions eo = cuda_emit_options(k, dtype, settings, strides, target_.arch);
-        int block_smem = eo.window_scan ? codegen::cuda_window_scan_smem(k, eo) : 0;
+        int block_smem = 0;
+        codegen::CudaEmitOptions eo = cuda_emit_options(k, dtype, settings, strides, target_.arch, &block_smem);
         // A window scan needs its rings in one block's shared memory: on devices that allow less per block
         // than it needs (kWindowScanMaxSharedBytes is sized for sm_90), the column scan instead.
         if (block_smem > dev_.smem_optin) {

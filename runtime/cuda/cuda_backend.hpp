@@ -71,9 +71,10 @@ inline constexpr int kCacheHintMinLag = 64;
 // or more rows back are window-scan kernels where they can be (the whole window on chip:
 // codegen/cuda_emit.hpp). A window scan's time does not depend on the window; the column scan's grows
 // once the windows in flight overflow L2. Measured on the H200, 50,000 x 50,000 float32 (bench/RESULTS.md,
-// ms, window / column scan): corr w=128 12.65 / 13.55, w=250 12.63 / 14.37, cov w=250 9.52 / 14.05; corr
-// w=100 13.42 / 13.23 with an earlier window scan; with one input the column scan wins: std w=500 11.18 /
-// 8.89, mean w=500 12.58 / 9.38.
+// ms, window / column scan): corr w=128 12.65 / 13.55, w=250 12.63 / 14.37, cov w=250 9.52 / 14.05; with
+// the tensor copies (fourth session of 2026-12-01) corr w=250 12.53-12.61 / 14.97, cov w=250 8.86 / 14.54;
+// corr w=100 13.42 / 13.23 with an earlier window scan; with one input the column scan wins: std w=500
+// 11.18 / 8.89, mean w=500 12.58 / 9.38.
 inline constexpr int kWindowScanMinLag = 128;
 inline constexpr int kWindowScanMinInputs = 2;
 // Waves of blocks a window scan's time tiles aim at (LaunchInput::waves): few, because each tile pays a
@@ -114,9 +115,11 @@ std::vector<std::string> nvrtc_options(const std::string& arch, const CudaSettin
 
 // The emitter's options for a kernel with these settings (strides: see codegen::CudaEmitOptions) and NVRTC
 // target ("sm_90"): what compile_cuda_kernel generates and what its launches must provide (shared memory).
-// Window scans only for targets of codegen::kWindowScanMinArch or later (their copies are sm_90's).
+// Window scans only for targets of codegen::kWindowScanMinArch or later (their copies are sm_90's);
+// block_smem, when given, receives a window scan's shared memory per block (0 for the column scan).
 codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype, const CudaSettings& settings,
-                                           const std::vector<long long>& strides, const std::string& arch);
+                                           const std::vector<long long>& strides, const std::string& arch,
+                                           int* block_smem = nullptr);
 
 
 // The cache key of a kernel: IR hash, dtype, codegen version, NVRTC target, NVRTC version, options.
