@@ -152,6 +152,9 @@ private:
     struct ScanCounter { int state; std::int32_t select, cond; };           // s := c ? 0 : s + 1
     struct ScanSticky { int state; std::int32_t select, cond, value; };     // s := isnan(s) && c ? v : s
     struct ScanPrev { int state; int input, lag; };                         // s := input[t - lag]
+    // A counter's count compared with a constant: (count >= at_least) != negate, where at_least >= the
+    // segment's rows (so a reset in the segment up to the row decides it: see scan_count_tests()).
+    struct ScanCountTest { std::int32_t compare; int state; int at_least; bool negate; };
     struct ScanPlan {
         bool ok = false;
         std::string why_not;
@@ -161,6 +164,8 @@ private:
         std::vector<ScanPrev> prevs;
         std::vector<bool> in_a, in_c, in_pre;  // emitted in the segment rows, the results, the sticky pre-scan
         std::vector<bool> predef;              // values the results phase defines (sum, counter, sticky roots)
+        std::vector<ScanCountTest> count_tests;  // comparisons the results phase defines (instead of the counts)
+        std::set<int> tested_counters;         // counters whose count is only compared so (never formed)
         std::vector<int> ring_inputs;          // inputs kept in shared memory, in ring order
         std::set<std::pair<int, int>> reads;   // (input, lag) read from the rings (previous values: lag + 1)
         int reach = 0;                         // rows back the rows read reach (RowInPass included)
@@ -173,6 +178,7 @@ private:
     void scan_prescan(int ind);
     void scan_loader(int ind);
     void scan_macros();
+    void scan_count_tests();
     void scan_batch(int ind, bool guarded);
     void scan_segment_loads(int ind, const std::vector<bool>& phase);
     void scan_prev_values(int ind, int i);

@@ -194,6 +194,7 @@ void Emitter::scan_plan() {
         need(s.value, P.in_pre, none, false);
     }
     if (!bad.empty()) return fail(bad);
+    scan_count_tests();
     for (std::size_t i = 0; i < n; ++i) {
         const Inst& x = k_.body[i];
         if (P.in_pre[i] && ((x.op == Prim::Input && x.lag != 0) || x.op == Prim::RowInPass || x.op == Prim::LoadState))
@@ -229,6 +230,41 @@ void Emitter::scan_plan() {
                                 kWindowScanMaxSharedBytes));
     P.smem_bytes = static_cast<int>(bytes);
     P.ok = true;
+}
+
+// A run counter's count on row u_seg + i is u_seg + i - max(e, m_i) (e: the latest reset before the
+// segment, from the scan; m_i: the latest in the segment up to row i, or kNone). Where the results only
+// compare it with constants C of at least kR rows (corr's "the window is full", "x changed in the window"),
+// count >= C <=> m_i is kNone (a reset in the segment is fewer than kR rows back) and e - u_seg + C <= i:
+// two integer tests per row, with e - u_seg + C once per segment, instead of a max, a subtraction and a
+// test. Counters with any other use keep their count.
+void Emitter::scan_count_tests() {
+    ScanPlan& P = scan_;
+    for (const ScanCounter& c : P.counters) {
+        std::vector<ScanCountTest> tests;
+        bool only_tests = true;
+        for (std::size_t x = 0; x < k_.body.size() && only_tests; ++x) {
+            const Inst& y = k_.body[x];
+            if (!P.in_c[x] || (y.a != c.select && y.b != c.select && y.c != c.select)) continue;
+            const bool left = y.a == c.select;
+            const std::int32_t other = left ? y.b : y.a;
+            only_tests = (y.op == Prim::CmpGE || y.op == Prim::CmpGT || y.op == Prim::CmpLT || y.op == Prim::CmpLE) &&
+                         (y.a == c.select) != (y.b == c.select) && k_.body[other].op == Prim::Const &&
+                         std::floor(k_.body[other].imm) == k_.body[other].imm && std::fabs(k_.body[other].imm) < 1e9;
+            if (!only_tests) break;
+            const int C = static_cast<int>(k_.body[other].imm);
+            // As `count OP C` (a constant on the left mirrors the comparison).
+            Prim op = y.op;
+            if (!left) op = op == Prim::CmpGE ? Prim::CmpLE : op == Prim::CmpGT ? Prim::CmpLT : op == Prim::CmpLE ? Prim::CmpGE : Prim::CmpGT;
+            const bool negate = op == Prim::CmpLT || op == Prim::CmpLE;  // count < C <=> !(count >= C)
+            const int at_least = op == Prim::CmpGE || op == Prim::CmpLT ? C : C + 1;
+            only_tests = at_least >= kR;
+            tests.push_back({static_cast<std::int32_t>(x), c.state, at_least, negate});
+        }
+        if (!only_tests || tests.empty()) continue;
+        P.tested_counters.insert(c.state);
+        P.count_tests.insert(P.count_tests.end(), tests.begin(), tests.end());
+    }
 }
 
 int Emitter::scan_smem_bytes(std::string* why_not) {
@@ -435,6 +471,13 @@ void Emitter::scan_batch(int ind, bool guarded) {
         line(ind, "const double fj_e{} = fj_tsum[(seg * {} + {}) * {} + lane];", P.sums[q].state, QS, q, kC);
     for (int q = 0; q < QC; ++q)
         line(ind, "const int fj_e{} = fj_tcnt[(seg * {} + {}) * {} + lane];", P.counters[q].state, QC, q, kC);
+    std::set<std::pair<int, int>> bounds;  // (counter, at_least): the segment's e - u_seg + C
+    for (const ScanCountTest& t : P.count_tests) bounds.insert({t.state, t.at_least});
+    for (const auto& [state, at_least] : bounds)
+        line(ind, "const int fj_b{}_{} = fj_e{} - u_seg + {};  // the count reaches {} from this row of the segment on",
+             state, at_least, state, at_least, at_least);
+    std::vector<bool> tested(k_.body.size(), false);
+    for (const ScanCountTest& t : P.count_tests) tested[static_cast<std::size_t>(t.compare)] = true;
     for (std::size_t o = 0; o < k_.outputs.size(); ++o) line(ind, "{}* const out{} = fj_out{};", T_, o, o);
     scan_segment_loads(ind, P.in_c);
     for (int i = 0; i < kR; ++i) {
@@ -443,9 +486,13 @@ void Emitter::scan_batch(int ind, bool guarded) {
         scan_sticky_values(ind + 1, i, guarded, P.in_c);
         for (const ScanSum& s : P.sums) scan_predefine(ind + 1, s.root, fmt::format("fj_e{} + fj_l{}_{}", s.state, s.state, i));
         for (const ScanCounter& c : P.counters)
-            scan_predefine(ind + 1, c.select, fmt::format("u_seg + {} - max(fj_e{}, fj_m{}_{})", i, c.state, c.state, i));
+            if (!P.tested_counters.count(c.state))
+                scan_predefine(ind + 1, c.select, fmt::format("u_seg + {} - max(fj_e{}, fj_m{}_{})", i, c.state, c.state, i));
+        for (const ScanCountTest& t : P.count_tests)
+            line(ind + 1, "const bool v{} = {}(fj_m{}_{} == {} && fj_b{}_{} <= {});", t.compare, t.negate ? "!" : "", t.state, i,
+                 kNone, t.state, t.at_least, i);
         for (std::size_t x = 0; x < k_.body.size(); ++x)
-            if (P.in_c[x]) inst(ind + 1, i, x);
+            if (P.in_c[x] && !tested[x]) inst(ind + 1, i, x);
         line(ind, "}}");
     }
     guarded_ = false;

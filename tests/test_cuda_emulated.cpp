@@ -381,10 +381,11 @@ TEST_CASE("window-scan kernels, run on the host, match the reference") {
     cases.push_back({"std_long_mp", fj::std(window(A, 70, 20))});  // (its last valid value is not scanned yet)
     cases.push_back({"cov_long", fj::cov(window(A, 33, 7), window(B, 33, 30))});
     cases.push_back({"mean_long", fj::mean(window(B, 64))});
+    cases.push_back({"corr_short", fj::corr(window(A, 3), window(B, 3))});  // counts tested against 2 and 3 rows
     std::vector<std::pair<std::string, fj::Expr>> fused = {cases.back(), {"corr_long", fj::corr(window(A, 45), window(B, 45))}};
     // Kernels that must be window scans (the others may fall back to the column scan).
     const std::set<std::string> must = {"sum", "sum_mp", "mean", "var", "corr", "cov", "corr_long",
-                                        "std_long", "cov_long", "mean_long"};
+                                        "std_long", "cov_long", "mean_long", "corr_short"};
     // 44 columns: a second strip of 12 (lanes without a column; the runtime gives panels whose column count
     // is not a multiple of 4 the column scan).
     fj::test::Dataset ds = fj::test::dataset("price, messy", 300, 44, fj::test::messy(fj::test::Flavour::Price), 17);
@@ -411,6 +412,15 @@ TEST_CASE("window-scan kernels, run on the host, match the reference") {
         const fj::codegen::Plan corr = fj::codegen::make_plan({{"c", fj::corr(window(A, 45), window(B, 45))}}, dtype);
         CHECK(fj::codegen::cuda_window_scan_smem(corr.regions[0].kernel, o, &why) == 0);
         CHECK(why.find("not a multiple of 4") != std::string::npos);
+        // Run counters compared with constants of at least a segment's rows are tested without forming the
+        // count (scan_count_tests()); shorter windows form it.
+        o.strides = {48, 48, 48};
+        o.window_scan = true;
+        CHECK(fj::codegen::emit_cuda(corr.regions[0].kernel, o).find("const int fj_b") != std::string::npos);
+        const fj::codegen::Plan short_corr = fj::codegen::make_plan({{"c", fj::corr(window(A, 3), window(B, 3))}}, dtype);
+        const std::string short_src = fj::codegen::emit_cuda(short_corr.regions[0].kernel, o);
+        CHECK(short_src.find("max(fj_e") != std::string::npos);
+        CHECK(short_src.find("const int fj_b") == std::string::npos);
     }
     for (long long ld : {44LL, 48LL}) {
         CAPTURE(ld);
