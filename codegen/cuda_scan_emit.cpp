@@ -25,8 +25,8 @@
 //
 // Block: 256 threads, 32 columns, 2 batches copied ahead by one thread (scan_loader()), each completing on
 // its own mbarrier, which every thread waits for. Per batch three block barriers: every thread is done with
-// the batch before (the totals); the segments' totals are written (then the copy two batches ahead is
-// issued); their prefixes are written. Batches run without guards from the row on
+// the batch before (the totals and the ring rows copied next); the segments' totals are written; their
+// prefixes are written. Batches run without guards from the row on
 // which every column of the block has its first values (found once per pass), the window's reach and the
 // first output row, up to the pass's last whole batch; the others are guarded.
 #include "codegen/cuda_emitter.hpp"
