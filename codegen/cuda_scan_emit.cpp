@@ -23,7 +23,7 @@
 // there are no rings, and every lagged input is read only where RowInPass masks its value before the pass
 // (pass_only_loads()): the rings hold the pass's rows only.
 //
-// Block: 256 threads, 32 columns, 2 batches copied ahead by one thread (scan_loader()), each completing on
+// Block: 256 threads, 32 columns, 2 batches copied ahead by thread 0 (scan_loader()), each completing on
 // its own mbarrier, which every thread waits for. Per batch three block barriers: every thread is done with
 // the batch before (the totals and the ring rows copied next); the segments' totals are written; their
 // prefixes are written. Batches run without guards from the row on
@@ -42,9 +42,6 @@ static_assert(kB == kWindowScanBatchRows && kR == kWindowScanMirrorRows, "the ru
 constexpr int kP = 2;                   // batches copied ahead
 constexpr int kStages = kP + 1;         // mbarriers: one per batch in flight (the batch computed and kP ahead)
 constexpr int kNone = -(1 << 30);       // a run counter's "no reset in this segment"
-// The thread that issues the copies: lane 0 of the last warp, which has the least (often no) part in the
-// scan of the totals, where it issues them (see run_scan()).
-constexpr int kLoaderThread = (kS - 1) * kC;
 }  // namespace
 
 void Emitter::scan_plan() {
@@ -371,7 +368,7 @@ void Emitter::scan_prescan(int ind) {
         if (state_fexact_[static_cast<std::size_t>(s.state)]) line(ind, "const float sf{} = (float)s{};", s.state, s.state);
 }
 
-// The copy of the next batch into the rings, by thread kLoaderThread: one tensor copy (TMA) per ring input of the
+// The copy of the next batch into the rings, by thread 0: one tensor copy (TMA) per ring input of the
 // batch's 32 rows of the block's 32 columns, and for the ring's first slot one more of its first rows into
 // the mirror after the ring's end (read by segments whose rows wrap). Rows and columns past the panel arrive
 // as zeros; rows after the pass hold the panel's next rows, which feed only rows that are not stored. The
@@ -446,13 +443,6 @@ void Emitter::scan_batch(int ind, bool guarded) {
         line(in, "fj_tcnt[(seg * {} + {}) * {} + lane] = fj_m{};", QC, q, kC, P.counters[q].state);
     line(ind, "}}");
     line(ind, "FJ_SYNC();  // every segment's totals are written");
-    // The next copy, while the warps scan the totals: issued at the top of the batch it kept the last
-    // warp's segment rows, and every warp with them, waiting at this barrier (ncu: barrier stalls 29 % of
-    // the segment rows' samples). Its ring slot was last read by an earlier batch's segment rows.
-    line(ind, "if (threadIdx.x == {} && b + {} < nb) {{", kLoaderThread, kP);
-    line(ind + 1, "FJ_PROXY_FENCE();");
-    line(ind + 1, "fj_issue();");
-    line(ind, "}}");
     // The exclusive prefix over the segments in place, one quantity per warp; the running total through
     // the previous batch is row kS (after the segments' rows) of each array.
     line(ind, "#pragma unroll 1");
@@ -605,7 +595,7 @@ std::string Emitter::run_scan() {
         line(2, "if (seg == {}) fj_tcnt[{} + lane] = {};", (QS + q) % kS, (kS * QC + q) * kC,
              -static_cast<long long>(k_.states[P.counters[q].state].init) - 1);
     scan_loader(2);
-    line(2, "if (threadIdx.x == {}) {{", kLoaderThread);
+    line(2, "if (threadIdx.x == 0) {{");
     line(3, "FJ_PROXY_FENCE();");
     for (int b = 0; b < kP; ++b) line(3, "if ({} < nb) fj_issue();", b);
     line(2, "}}");
@@ -624,7 +614,11 @@ std::string Emitter::run_scan() {
     line(3, "FJ_MBAR_WAIT(fj_mbar_addr + 8u * fj_stage, (fj_parity >> fj_stage) & 1u);  // the batch has landed");
     line(3, "fj_parity ^= 1u << fj_stage;");
     line(3, "fj_stage = fj_stage == {} ? 0 : fj_stage + 1;", kStages - 1);
-    line(3, "FJ_SYNC();  // every thread is done with the batch before it (the totals)");
+    line(3, "FJ_SYNC();  // every thread is done with the batch before it (and with the ring rows copied next)");
+    line(3, "if (threadIdx.x == 0 && b + {} < nb) {{", kP);
+    line(4, "FJ_PROXY_FENCE();");
+    line(4, "fj_issue();");
+    line(3, "}}");
     line(3, "if (u_batch >= fj_ready && u_batch >= {} && u_batch >= first_out && u_batch + {} <= n_pass) {{", P.reach, kB);
     scan_batch(4, false);
     line(3, "}} else {{");
