@@ -168,7 +168,6 @@ private:
         std::set<int> tested_counters;         // counters whose count is only compared so (never formed)
         std::vector<int> ring_inputs;          // inputs kept in shared memory, in ring order
         std::set<std::pair<int, int>> reads;   // (input, lag) read from the rings (previous values: lag + 1)
-        std::set<int> lags_a, lags_c;          // lags the segment rows, the results read from the rings
         int reach = 0;                         // rows back the rows read reach (RowInPass included)
         int ring_rows = 0;
         int smem_bytes = 0;
@@ -180,10 +179,7 @@ private:
     void scan_loader(int ind);
     void scan_macros();
     void scan_count_tests();
-    void scan_rows(int ind, bool guarded);
-    void scan_prefixes(int ind);
-    void scan_results(int ind, bool guarded);
-    void scan_ring_pointers(int ind, const std::set<int>& lags, char phase);
+    void scan_batch(int ind, bool guarded);
     void scan_segment_loads(int ind, const std::vector<bool>& phase);
     void scan_prev_values(int ind, int i);
     void scan_predefine(int ind, std::int32_t i, const std::string& expr);

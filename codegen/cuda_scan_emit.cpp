@@ -205,16 +205,12 @@ void Emitter::scan_plan() {
                 return fail(fmt::format("input {} is read {} rows back where RowInPass does not mask it", x.slot, x.lag));
             P.reads.insert({x.slot, x.lag});
             P.reach = std::max(P.reach, x.lag);
-            if (P.in_a[i]) P.lags_a.insert(x.lag);
-            if (P.in_c[i]) P.lags_c.insert(x.lag);
         }
         if (x.op == Prim::RowInPass) P.reach = std::max(P.reach, x.lag);
     }
-    for (const ScanPrev& p : P.prevs) {  // (both phases form a row's previous values)
+    for (const ScanPrev& p : P.prevs) {
         P.reads.insert({p.input, p.lag + 1});
         P.reach = std::max(P.reach, p.lag + 1);
-        P.lags_a.insert(p.lag + 1);
-        P.lags_c.insert(p.lag + 1);
     }
     std::set<int> ring_set;
     for (const auto& [slot, lag] : P.reads) ring_set.insert(slot);
@@ -223,16 +219,10 @@ void Emitter::scan_plan() {
             return fail(fmt::format("input {}'s leading dimension {} is not a multiple of 4 (tensor maps' strides are multiples of 16 bytes)", slot,
                                     o_.strides[static_cast<std::size_t>(slot)]));
     P.ring_inputs.assign(ring_set.begin(), ring_set.end());
-    // The ring holds, while batch b's results and batch b + 1's segment rows run, the rows they read and
-    // the kP batches copied ahead of b + 1 (the copy of batch b + 1 + kP - 1 is issued when batch b's
-    // results begin: every warp is done with batch b's segment rows, which read furthest back).
-    const int back_a = P.lags_a.empty() ? 0 : *P.lags_a.rbegin(), back_c = P.lags_c.empty() ? 0 : *P.lags_c.rbegin();
-    const int span = std::max({back_a - kB, back_c, 0}) + (kP + 1) * kB;
-    P.ring_rows = (span + kB - 1) / kB * kB;
+    P.ring_rows = (P.reach + (kP + 1) * kB + kB - 1) / kB * kB;
     const std::size_t ring_bytes = static_cast<std::size_t>(P.ring_rows + kR) * kC * sizeof(float);
     const std::size_t bytes = P.ring_inputs.size() * ring_bytes +
-                              // segments' totals, two batches' (scanned in place), and the running totals
-                              static_cast<std::size_t>(2 * kS + 1) * kC * (P.sums.size() * 8 + P.counters.size() * 4) +
+                              static_cast<std::size_t>(kS + 1) * kC * (P.sums.size() * 8 + P.counters.size() * 4) +
                               kStages * 8 +  // the copies' mbarriers
                               16;            // the block's latest row that sets a first value
     if (bytes > static_cast<std::size_t>(kWindowScanMaxSharedBytes))
@@ -407,98 +397,80 @@ void Emitter::scan_loader(int ind) {
     line(ind, "}};");
 }
 
-// Pointers to the ring rows a phase reads: per lag, this warp's segment's first row read at that lag, in
-// this lane's column (offsets fj_o<phase><lag>, stepped by a batch per batch).
-void Emitter::scan_ring_pointers(int ind, const std::set<int>& lags, char phase) {
-    for (const auto& [slot, lag] : scan_.reads)
-        if (lags.count(lag))
-            line(ind, "const float* const fj_p{}_{} = reinterpret_cast<const float*>(reinterpret_cast<const unsigned char*>(fj_ring{}) + fj_o{}{});",
-                 slot, lag, slot, phase, lag);
-}
-
-// A batch's segment rows (batch fj_rows_b): window sums from 0 and the counters' latest reset row, per row into
-// fj_l / fj_m (read by the batch's results), the segment's totals into the batch's half of fj_tsum /
-// fj_tcnt.
-void Emitter::scan_rows(int ind, bool guarded) {
+// One batch: the segment's rows, the scan of the segments' totals, the results.
+void Emitter::scan_batch(int ind, bool guarded) {
     const ScanPlan& P = scan_;
     const int QS = static_cast<int>(P.sums.size()), QC = static_cast<int>(P.counters.size());
     guarded_ = guarded;
-    line(ind, "const int u_seg = fj_rows_b * {} + seg * {};  // the segment's first row in the pass", kB, kR);
+    line(ind, "const int u_seg = u_batch + seg * {};  // the segment's first row in the pass", kR);
     line(ind, "const long long t = row_begin + u_seg;");
-    scan_ring_pointers(ind, P.lags_a, 'a');
+    for (const auto& [slot, lag] : P.reads)
+        line(ind, "const float* const fj_p{}_{} = reinterpret_cast<const float*>(reinterpret_cast<const unsigned char*>(fj_ring{}) + fj_o{});",
+             slot, lag, slot, lag);
+    // Segment rows: sums from 0, counters' latest reset row.
+    for (const ScanSum& s : P.sums)
+        for (int i = 0; i < kR; ++i) line(ind, "double fj_l{}_{};", s.state, i);
+    for (const ScanCounter& c : P.counters)
+        for (int i = 0; i < kR; ++i) line(ind, "int fj_m{}_{};", c.state, i);
+    line(ind, "{{");
+    const int in = ind + 1;
     // Float64 sums start from -0.0, the identity of addition (0.0 + x is not x for x = -0.0), so that the
     // segment's first row adds nothing. Totals and partial values then differ from a start at 0.0 only in
     // the sign of a zero, and the prefix they are added to is never -0.0 (sums from 0.0), so each row's
     // state is the same.
     for (const ScanSum& s : P.sums) {
         const auto st = static_cast<std::size_t>(s.state);
-        if (int_state_[st]) line(ind, "{} s{} = 0;  // {}", int32_state_[st] ? "int" : "long long", s.state, comment_safe(k_.states[st].what));
-        else line(ind, "double s{} = -0.0;  // {}", s.state, comment_safe(k_.states[st].what));
+        if (int_state_[st]) line(in, "{} s{} = 0;  // {}", int32_state_[st] ? "int" : "long long", s.state, comment_safe(k_.states[st].what));
+        else line(in, "double s{} = -0.0;  // {}", s.state, comment_safe(k_.states[st].what));
     }
     for (const ScanCounter& c : P.counters)
-        line(ind, "int fj_m{} = {};  // {}: latest reset", c.state, kNone, comment_safe(k_.states[c.state].what));
-    scan_segment_loads(ind, P.in_a);
+        line(in, "int fj_m{} = {};  // {}: latest reset", c.state, kNone, comment_safe(k_.states[c.state].what));
+    scan_segment_loads(in, P.in_a);
     for (int i = 0; i < kR; ++i) {
-        line(ind, "{{  // row u_seg + {}", i);
-        scan_prev_values(ind + 1, i);
-        scan_sticky_values(ind + 1, i, guarded, P.in_a);
+        line(in, "{{  // row u_seg + {}", i);
+        scan_prev_values(in + 1, i);
+        scan_sticky_values(in + 1, i, guarded, P.in_a);
         for (std::size_t x = 0; x < k_.body.size(); ++x)
-            if (P.in_a[x]) inst(ind + 1, i, x);
+            if (P.in_a[x]) inst(in + 1, i, x);
         for (const ScanCounter& c : P.counters)
-            line(ind + 1, "if (v{}) fj_m{} = u_seg + {};", c.cond, c.state, i);
-        for (const ScanSum& s : P.sums) line(ind + 1, "fj_l{}_{} = (double)s{};", s.state, i, s.state);
-        for (const ScanCounter& c : P.counters) line(ind + 1, "fj_m{}_{} = fj_m{};", c.state, i, c.state);
-        line(ind, "}}");
+            line(in + 1, "if (v{}) fj_m{} = u_seg + {};", c.cond, c.state, i);
+        for (const ScanSum& s : P.sums) line(in + 1, "fj_l{}_{} = (double)s{};", s.state, i, s.state);
+        for (const ScanCounter& c : P.counters) line(in + 1, "fj_m{}_{} = fj_m{};", c.state, i, c.state);
+        line(in, "}}");
     }
-    line(ind, "double* const fj_ts = fj_tsum + (fj_rows_b & 1) * {};", kS * QS * kC);
-    for (int q = 0; q < QS; ++q) line(ind, "fj_ts[(seg * {} + {}) * {} + lane] = (double)s{};", QS, q, kC, P.sums[q].state);
-    if (QC > 0) line(ind, "int* const fj_tc = fj_tcnt + (fj_rows_b & 1) * {};", kS * QC * kC);
-    for (int q = 0; q < QC; ++q) line(ind, "fj_tc[(seg * {} + {}) * {} + lane] = fj_m{};", QC, q, kC, P.counters[q].state);
-    guarded_ = false;
-}
-
-// The exclusive prefix over batch fj_res_b's segments, in place, one quantity per warp, from the running
-// totals through the batch before (fj_csum / fj_ccnt, each quantity's only ever touched by its warp).
-void Emitter::scan_prefixes(int ind) {
-    const ScanPlan& P = scan_;
-    const int QS = static_cast<int>(P.sums.size()), QC = static_cast<int>(P.counters.size());
+    for (int q = 0; q < QS; ++q) line(in, "fj_tsum[(seg * {} + {}) * {} + lane] = (double)s{};", QS, q, kC, P.sums[q].state);
+    for (int q = 0; q < QC; ++q)
+        line(in, "fj_tcnt[(seg * {} + {}) * {} + lane] = fj_m{};", QC, q, kC, P.counters[q].state);
+    line(ind, "}}");
+    line(ind, "FJ_SYNC();  // every segment's totals are written");
+    // The exclusive prefix over the segments in place, one quantity per warp; the running total through
+    // the previous batch is row kS (after the segments' rows) of each array.
     line(ind, "#pragma unroll 1");
     line(ind, "for (int q = seg; q < {}; q += {}) {{", QS + QC, kS);
     line(ind + 1, "if (q < {}) {{", QS);
-    line(ind + 2, "double* const a = fj_tsum + (fj_res_b & 1) * {} + q * {} + lane;", kS * QS * kC, kC);
-    line(ind + 2, "double run = fj_csum[q * {} + lane];", kC);
+    line(ind + 2, "double* const a = fj_tsum + q * {} + lane;", kC);
+    line(ind + 2, "double run = a[{}];", kS * QS * kC);
     line(ind + 2, "#pragma unroll");
     line(ind + 2, "for (int k = 0; k < {}; ++k) {{ const double v = a[k * {}]; a[k * {}] = run; run += v; }}", kS, QS * kC,
          QS * kC);
-    line(ind + 2, "fj_csum[q * {} + lane] = run;", kC);
+    line(ind + 2, "a[{}] = run;", kS * QS * kC);
     if (QC > 0) {
         line(ind + 1, "}} else {{");
-        line(ind + 2, "int* const a = fj_tcnt + (fj_res_b & 1) * {} + (q - {}) * {} + lane;", kS * QC * kC, QS, kC);
-        line(ind + 2, "int run = fj_ccnt[(q - {}) * {} + lane];", QS, kC);
+        line(ind + 2, "int* const a = fj_tcnt + (q - {}) * {} + lane;", QS, kC);
+        line(ind + 2, "int run = a[{}];", kS * QC * kC);
         line(ind + 2, "#pragma unroll");
         line(ind + 2, "for (int k = 0; k < {}; ++k) {{ const int v = a[k * {}]; a[k * {}] = run; run = max(run, v); }}", kS,
              QC * kC, QC * kC);
-        line(ind + 2, "fj_ccnt[(q - {}) * {} + lane] = run;", QS, kC);
+        line(ind + 2, "a[{}] = run;", kS * QC * kC);
     }
     line(ind + 1, "}}");
     line(ind, "}}");
-}
-
-// Batch fj_res_b's results: each row's states from its segment's prefix and its partial value, then what
-// the outputs need.
-void Emitter::scan_results(int ind, bool guarded) {
-    const ScanPlan& P = scan_;
-    const int QS = static_cast<int>(P.sums.size()), QC = static_cast<int>(P.counters.size());
-    guarded_ = guarded;
-    line(ind, "const int u_seg = fj_res_b * {} + seg * {};  // the segment's first row in the pass", kB, kR);
-    line(ind, "const long long t = row_begin + u_seg;");
-    scan_ring_pointers(ind, P.lags_c, 'c');
-    line(ind, "const double* const fj_ts = fj_tsum + (fj_res_b & 1) * {};", kS * QS * kC);
+    line(ind, "FJ_SYNC();  // every prefix is written");
+    // Results: each row's states from the prefix and its partial value, then what the outputs need.
     for (int q = 0; q < QS; ++q)
-        line(ind, "const double fj_e{} = fj_ts[(seg * {} + {}) * {} + lane];", P.sums[q].state, QS, q, kC);
-    if (QC > 0) line(ind, "const int* const fj_tc = fj_tcnt + (fj_res_b & 1) * {};", kS * QC * kC);
+        line(ind, "const double fj_e{} = fj_tsum[(seg * {} + {}) * {} + lane];", P.sums[q].state, QS, q, kC);
     for (int q = 0; q < QC; ++q)
-        line(ind, "const int fj_e{} = fj_tc[(seg * {} + {}) * {} + lane];", P.counters[q].state, QC, q, kC);
+        line(ind, "const int fj_e{} = fj_tcnt[(seg * {} + {}) * {} + lane];", P.counters[q].state, QC, q, kC);
     std::set<std::pair<int, int>> bounds;  // (counter, at_least): the segment's e - u_seg + C
     for (const ScanCountTest& t : P.count_tests) bounds.insert({t.state, t.at_least});
     for (const auto& [state, at_least] : bounds)
@@ -576,16 +548,13 @@ std::string Emitter::run_scan() {
              static_cast<int>(q) * ring_floats, P.ring_rows);
         line(1, "const unsigned fj_ring_addr{} = FJ_SHARED_ADDR(fj_ring{});", slot, slot);
     }
-    // Segments' totals of two batches (a batch's, scanned in place into its prefixes, are read by its
-    // results while the next batch's segment rows write theirs), then the running totals.
-    line(1, "double* const fj_tsum = reinterpret_cast<double*>(reinterpret_cast<float*>(fj_smem) + {});  // [2][{}][{}][{}]",
+    line(1, "double* const fj_tsum = reinterpret_cast<double*>(reinterpret_cast<float*>(fj_smem) + {});  // [{} + 1][{}][{}]",
          static_cast<int>(P.ring_inputs.size()) * ring_floats, kS, QS, kC);
-    line(1, "double* const fj_csum = fj_tsum + {};  // [{}][{}]", 2 * kS * QS * kC, QS, kC);
-    line(1, "const unsigned fj_mbar_addr = FJ_SHARED_ADDR(fj_csum + {});  // [{}] mbarriers, one per batch in flight",
-         QS * kC, kStages);
-    line(1, "int* const fj_tcnt = reinterpret_cast<int*>(fj_csum + {});  // [2][{}][{}][{}]", QS * kC + kStages, kS, QC, kC);
-    line(1, "int* const fj_ccnt = fj_tcnt + {};  // [{}][{}]", 2 * kS * QC * kC, QC, kC);
-    line(1, "int* const fj_ready_at = fj_ccnt + {};", QC * kC);
+    line(1, "const unsigned fj_mbar_addr = FJ_SHARED_ADDR(fj_tsum + {});  // [{}] mbarriers, one per batch in flight",
+         (kS + 1) * QS * kC, kStages);
+    line(1, "int* const fj_tcnt = reinterpret_cast<int*>(fj_tsum + {});  // [{} + 1][{}][{}]", (kS + 1) * QS * kC + kStages,
+         kS, QC, kC);
+    line(1, "int* const fj_ready_at = fj_tcnt + {};", (kS + 1) * QC * kC);
     line(1, "const int lane = threadIdx.x & {}, seg = threadIdx.x >> 5;", kC - 1);
     line(1, "const long long j = (long long)blockIdx.x * {} + lane;", kC);
     line(1, "const bool fj_active = j < p.cols;");
@@ -621,75 +590,44 @@ std::string Emitter::run_scan() {
     }
     line(2, "const int fj_ready = {};", P.stickies.empty() ? "0" : "*fj_ready_at");
     for (int q = 0; q < QS; ++q)
-        line(2, "if (seg == {}) fj_csum[{} + lane] = {};", q % kS, q * kC, lit(k_.states[P.sums[q].state].init));
+        line(2, "if (seg == {}) fj_tsum[{} + lane] = {};", q % kS, (kS * QS + q) * kC, lit(k_.states[P.sums[q].state].init));
     for (int q = 0; q < QC; ++q)
-        line(2, "if (seg == {}) fj_ccnt[{} + lane] = {};", (QS + q) % kS, q * kC,
+        line(2, "if (seg == {}) fj_tcnt[{} + lane] = {};", (QS + q) % kS, (kS * QC + q) * kC,
              -static_cast<long long>(k_.states[P.counters[q].state].init) - 1);
     scan_loader(2);
     line(2, "if (threadIdx.x == 0) {{");
     line(3, "FJ_PROXY_FENCE();");
     for (int b = 0; b < kP; ++b) line(3, "if ({} < nb) fj_issue();", b);
     line(2, "}}");
-    // Per lag and phase, the byte offset in a ring of this warp's segment's first row read at that lag and
-    // of this lane's column; and this segment's first output row; each stepped by a batch.
-    auto ring_offsets = [&](const std::set<int>& lags, char phase) {
-        for (int lag : lags)
-            line(2, "unsigned fj_o{}{} = (unsigned)(((seg * {} >= {} ? seg * {} - {} : seg * {} + {}) * {} + lane) * 4);", phase,
-                 lag, kR, lag, kR, lag, kR, P.ring_rows - lag, kC);
-    };
-    auto step_offsets = [&](int ind, const std::set<int>& lags, char phase) {
-        const int last = (P.ring_rows - kB) * kC * 4;
-        for (int lag : lags)
-            line(ind, "fj_o{}{} = fj_o{}{} >= {}u ? fj_o{}{} - {}u : fj_o{}{} + {}u;", phase, lag, phase, lag, last, phase, lag,
-                 last, phase, lag, kB * kC * 4);
-    };
-    ring_offsets(P.lags_a, 'a');
-    ring_offsets(P.lags_c, 'c');
+    // Per lag read, the byte offset in a ring of this warp's segment's first row read at that lag and of
+    // this lane's column; and this segment's first output row; both stepped by a batch.
+    std::set<int> lags;
+    for (const auto& [slot, lag] : P.reads) lags.insert(lag);
+    for (int lag : lags)
+        line(2, "unsigned fj_o{} = (unsigned)(((seg * {} >= {} ? seg * {} - {} : seg * {} + {}) * {} + lane) * 4);", lag, kR, lag,
+             kR, lag, kR, P.ring_rows - lag, kC);
     for (std::size_t o = 0; o < no; ++o)
         line(2, "{}* fj_out{} = p.out{} + (row_begin + seg * {}) * ld_out{} + j;", T_, o, o, kR, o);
-    // The segment rows' partial values, from a batch's segment rows to its results.
-    for (const ScanSum& s : P.sums)
-        for (int i = 0; i < kR; ++i) line(2, "double fj_l{}_{};", s.state, i);
-    for (const ScanCounter& c : P.counters)
-        for (int i = 0; i < kR; ++i) line(2, "int fj_m{}_{};", c.state, i);
-    const std::string unguarded =
-        fmt::format("fj_ub >= fj_ready && fj_ub >= {} && fj_ub >= first_out && fj_ub + {} <= n_pass", P.reach, kB);
-    // Two block barriers per batch: batch b's results and batch b + 1's segment rows run between the
-    // barriers of batch b's scan and those of batch b + 1's (the totals are double-buffered).
     line(2, "#pragma unroll 1");
-    line(2, "for (int b = 0; b <= nb; ++b) {{");
-    line(3, "if (b > 0) {{");
-    line(4, "const int fj_res_b = b - 1;  // the batch whose results follow");
-    line(4, "FJ_SYNC();  // every segment's totals are written");
-    scan_prefixes(4);
-    line(4, "FJ_SYNC();  // every prefix is written (and every warp is done with the batch's segment rows)");
-    // (The ring slot copied next held rows that only batch fj_res_b's segment rows still read.)
-    line(4, "if (threadIdx.x == 0 && fj_res_b + {} < nb) {{", kP);
-    line(5, "FJ_PROXY_FENCE();");
-    line(5, "fj_issue();");
-    line(4, "}}");
-    line(4, "const int fj_ub = fj_res_b * {};", kB);
-    line(4, "if ({}) {{", unguarded);
-    scan_results(5, false);
-    line(4, "}} else {{");
-    scan_results(5, true);
-    line(4, "}}");
-    step_offsets(4, P.lags_c, 'c');
-    for (std::size_t o = 0; o < no; ++o) line(4, "fj_out{} += {}LL * ld_out{};", o, kB, o);
+    line(2, "for (int b = 0; b < nb; ++b) {{");
+    line(3, "const int u_batch = b * {};", kB);
+    line(3, "FJ_MBAR_WAIT(fj_mbar_addr + 8u * fj_stage, (fj_parity >> fj_stage) & 1u);  // the batch has landed");
+    line(3, "fj_parity ^= 1u << fj_stage;");
+    line(3, "fj_stage = fj_stage == {} ? 0 : fj_stage + 1;", kStages - 1);
+    line(3, "FJ_SYNC();  // every thread is done with the batch before it (and with the ring rows copied next)");
+    line(3, "if (threadIdx.x == 0 && b + {} < nb) {{", kP);
+    line(4, "FJ_PROXY_FENCE();");
+    line(4, "fj_issue();");
     line(3, "}}");
-    line(3, "if (b < nb) {{");
-    line(4, "const int fj_rows_b = b;  // the batch whose segment rows follow");
-    line(4, "FJ_MBAR_WAIT(fj_mbar_addr + 8u * fj_stage, (fj_parity >> fj_stage) & 1u);  // the batch has landed");
-    line(4, "fj_parity ^= 1u << fj_stage;");
-    line(4, "fj_stage = fj_stage == {} ? 0 : fj_stage + 1;", kStages - 1);
-    line(4, "const int fj_ub = fj_rows_b * {};", kB);
-    line(4, "if ({}) {{", unguarded);
-    scan_rows(5, false);
-    line(4, "}} else {{");
-    scan_rows(5, true);
-    line(4, "}}");
-    step_offsets(4, P.lags_a, 'a');
+    line(3, "if (u_batch >= fj_ready && u_batch >= {} && u_batch >= first_out && u_batch + {} <= n_pass) {{", P.reach, kB);
+    scan_batch(4, false);
+    line(3, "}} else {{");
+    scan_batch(4, true);
     line(3, "}}");
+    for (int lag : lags)
+        line(3, "fj_o{} = fj_o{} >= {}u ? fj_o{} - {}u : fj_o{} + {}u;", lag, lag, (P.ring_rows - kB) * kC * 4, lag,
+             (P.ring_rows - kB) * kC * 4, lag, kB * kC * 4);
+    for (std::size_t o = 0; o < no; ++o) line(3, "fj_out{} += {}LL * ld_out{};", o, kB, o);
     line(2, "}}");
     line(1, "}}");
     line(0, "}}");
