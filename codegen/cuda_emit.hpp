@@ -63,7 +63,7 @@
 namespace fj::codegen {
 
 // Bump whenever the generated code changes for the same IR: it is part of every cache key.
-inline constexpr int kCudaCodegenVersion = 10;
+inline constexpr int kCudaCodegenVersion = 11;
 
 // The longest time tile a launch may use (launch_config caps it): states then live for at most this
 // many rows plus the halo, which bounds counters enough to keep them in 32-bit registers.
@@ -109,6 +109,10 @@ struct CudaEmitOptions {
     // The window-scan kernel instead of the column scan (see "Window-scan kernels" below): float32 and
     // fixed leading dimensions only; emit_cuda throws for kernels cuda_window_scan_smem() refuses.
     bool window_scan = false;
+    // Window scans: batches copied ahead of the one computed, 0 for as many as shared memory holds at two
+    // blocks per SM (up to kWindowScanMaxAhead). Each batch's copies are issued as the block starts the
+    // batch that many before it.
+    int window_scan_ahead = 0;
 };
 
 // Window-scan kernels (codegen/cuda_scan_emit.cpp) keep a block's 32 columns' whole window in shared
@@ -131,6 +135,8 @@ inline constexpr int kWindowScanBatchRows = 32;
 inline constexpr int kWindowScanMirrorRows = 4;
 // At most this much shared memory per block, so that two blocks fit an SM of sm_90 (227 KB).
 inline constexpr int kWindowScanMaxSharedBytes = 113 * 1024;
+// The most batches a window scan copies ahead by default (CudaEmitOptions::window_scan_ahead).
+inline constexpr int kWindowScanMaxAhead = 4;
 // Dynamic shared memory per block of the window-scan kernel of `kernel` with these options, or 0 when it
 // cannot run as one (why_not, when given, says why).
 int cuda_window_scan_smem(const ir::Kernel& kernel, const CudaEmitOptions& options, std::string* why_not = nullptr);

@@ -170,6 +170,7 @@ private:
         std::set<std::pair<int, int>> reads;   // (input, lag) read from the rings (previous values: lag + 1)
         int reach = 0;                         // rows back the rows read reach (RowInPass included)
         int ring_rows = 0;
+        int ahead = 0;                         // batches copied ahead of the one computed
         int smem_bytes = 0;
     };
     ScanPlan scan_;

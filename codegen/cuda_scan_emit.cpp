@@ -23,7 +23,8 @@
 // there are no rings, and every lagged input is read only where RowInPass masks its value before the pass
 // (pass_only_loads()): the rings hold the pass's rows only.
 //
-// Block: 256 threads, 32 columns, 2 batches copied ahead by thread 0 (scan_loader()), each completing on
+// Block: 256 threads, 32 columns, batches copied ahead by thread 0 (scan_loader(); as many as shared
+// memory holds, up to kWindowScanMaxAhead: 3 at w = 250), each completing on
 // its own mbarrier, which every thread waits for. Per batch three block barriers: every thread is done with
 // the batch before (the totals and the ring rows copied next); the segments' totals are written; their
 // prefixes are written. Batches run without guards from the row on
@@ -39,8 +40,6 @@ constexpr int kS = 8;                   // segments per batch: the block's warps
 constexpr int kR = 4;                   // rows per segment
 constexpr int kB = kS * kR;             // rows per batch
 static_assert(kB == kWindowScanBatchRows && kR == kWindowScanMirrorRows, "the runtime's tensor maps (cuda_emit.hpp)");
-constexpr int kP = 2;                   // batches copied ahead
-constexpr int kStages = kP + 1;         // mbarriers: one per batch in flight (the batch computed and kP ahead)
 constexpr int kNone = -(1 << 30);       // a run counter's "no reset in this segment"
 }  // namespace
 
@@ -219,15 +218,25 @@ void Emitter::scan_plan() {
             return fail(fmt::format("input {}'s leading dimension {} is not a multiple of 4 (tensor maps' strides are multiples of 16 bytes)", slot,
                                     o_.strides[static_cast<std::size_t>(slot)]));
     P.ring_inputs.assign(ring_set.begin(), ring_set.end());
-    P.ring_rows = (P.reach + (kP + 1) * kB + kB - 1) / kB * kB;
-    const std::size_t ring_bytes = static_cast<std::size_t>(P.ring_rows + kR) * kC * sizeof(float);
-    const std::size_t bytes = P.ring_inputs.size() * ring_bytes +
-                              static_cast<std::size_t>(kS + 1) * kC * (P.sums.size() * 8 + P.counters.size() * 4) +
-                              kStages * 8 +  // the copies' mbarriers
-                              16;            // the block's latest row that sets a first value
-    if (bytes > static_cast<std::size_t>(kWindowScanMaxSharedBytes))
-        return fail(fmt::format("its rings would need {} bytes of shared memory per block (at most {})", bytes,
-                                kWindowScanMaxSharedBytes));
+    // Batches copied ahead (each on its own mbarrier, with the batch computed): as many as shared memory
+    // holds, up to kWindowScanMaxAhead, unless the options fix it. The ring holds the rows the batch
+    // computed reads and those of the batches ahead.
+    auto bytes_for = [&](int ahead, int* ring_rows) {
+        *ring_rows = (P.reach + (ahead + 1) * kB + kB - 1) / kB * kB;
+        const std::size_t ring_bytes = static_cast<std::size_t>(*ring_rows + kR) * kC * sizeof(float);
+        return P.ring_inputs.size() * ring_bytes +
+               static_cast<std::size_t>(kS + 1) * kC * (P.sums.size() * 8 + P.counters.size() * 4) +
+               static_cast<std::size_t>(ahead + 1) * 8 +  // the copies' mbarriers
+               16;                                         // the block's latest row that sets a first value
+    };
+    const int most = o_.window_scan_ahead > 0 ? o_.window_scan_ahead : kWindowScanMaxAhead;
+    const int least = o_.window_scan_ahead > 0 ? o_.window_scan_ahead : 1;
+    std::size_t bytes = 0;
+    for (P.ahead = most; P.ahead >= least; --P.ahead)
+        if ((bytes = bytes_for(P.ahead, &P.ring_rows)) <= static_cast<std::size_t>(kWindowScanMaxSharedBytes)) break;
+    if (P.ahead < least)
+        return fail(fmt::format("its rings would need {} bytes of shared memory per block (at most {}) with {} batch(es) copied ahead",
+                                bytes, kWindowScanMaxSharedBytes, least));
     P.smem_bytes = static_cast<int>(bytes);
     P.ok = true;
 }
@@ -393,7 +402,7 @@ void Emitter::scan_loader(int ind) {
     }
     line(in, "fj_load_row += {};", kB);
     line(in, "fj_dst = fj_dst >= {}u ? 0u : fj_dst + {}u;", (P.ring_rows - kB) * kC * 4, kB * kC * 4);
-    line(in, "fj_issue_stage = fj_issue_stage == {} ? 0 : fj_issue_stage + 1;", kStages - 1);
+    line(in, "fj_issue_stage = fj_issue_stage == {} ? 0 : fj_issue_stage + 1;", P.ahead);
     line(ind, "}};");
 }
 
@@ -551,8 +560,8 @@ std::string Emitter::run_scan() {
     line(1, "double* const fj_tsum = reinterpret_cast<double*>(reinterpret_cast<float*>(fj_smem) + {});  // [{} + 1][{}][{}]",
          static_cast<int>(P.ring_inputs.size()) * ring_floats, kS, QS, kC);
     line(1, "const unsigned fj_mbar_addr = FJ_SHARED_ADDR(fj_tsum + {});  // [{}] mbarriers, one per batch in flight",
-         (kS + 1) * QS * kC, kStages);
-    line(1, "int* const fj_tcnt = reinterpret_cast<int*>(fj_tsum + {});  // [{} + 1][{}][{}]", (kS + 1) * QS * kC + kStages,
+         (kS + 1) * QS * kC, P.ahead + 1);
+    line(1, "int* const fj_tcnt = reinterpret_cast<int*>(fj_tsum + {});  // [{} + 1][{}][{}]", (kS + 1) * QS * kC + P.ahead + 1,
          kS, QC, kC);
     line(1, "int* const fj_ready_at = fj_tcnt + {};", (kS + 1) * QC * kC);
     line(1, "const int lane = threadIdx.x & {}, seg = threadIdx.x >> 5;", kC - 1);
@@ -560,7 +569,7 @@ std::string Emitter::run_scan() {
     line(1, "const bool fj_active = j < p.cols;");
     line(1, "const long long fj_col0 = (long long)blockIdx.x * {};", kC);
     line(1, "if (threadIdx.x == 0) {{");
-    for (int k = 0; k < kStages; ++k) line(2, "FJ_MBAR_INIT(fj_mbar_addr + {}u, 1);", 8 * k);
+    for (int k = 0; k <= P.ahead; ++k) line(2, "FJ_MBAR_INIT(fj_mbar_addr + {}u, 1);", 8 * k);
     line(2, "FJ_MBAR_INIT_FENCE();");
     line(1, "}}");
     line(1, "int fj_stage = 0, fj_issue_stage = 0;  // the mbarrier of the batch waited for, issued");
@@ -597,7 +606,7 @@ std::string Emitter::run_scan() {
     scan_loader(2);
     line(2, "if (threadIdx.x == 0) {{");
     line(3, "FJ_PROXY_FENCE();");
-    for (int b = 0; b < kP; ++b) line(3, "if ({} < nb) fj_issue();", b);
+    for (int b = 0; b < P.ahead; ++b) line(3, "if ({} < nb) fj_issue();", b);
     line(2, "}}");
     // Per lag read, the byte offset in a ring of this warp's segment's first row read at that lag and of
     // this lane's column; and this segment's first output row; both stepped by a batch.
@@ -613,9 +622,9 @@ std::string Emitter::run_scan() {
     line(3, "const int u_batch = b * {};", kB);
     line(3, "FJ_MBAR_WAIT(fj_mbar_addr + 8u * fj_stage, (fj_parity >> fj_stage) & 1u);  // the batch has landed");
     line(3, "fj_parity ^= 1u << fj_stage;");
-    line(3, "fj_stage = fj_stage == {} ? 0 : fj_stage + 1;", kStages - 1);
+    line(3, "fj_stage = fj_stage == {} ? 0 : fj_stage + 1;", P.ahead);
     line(3, "FJ_SYNC();  // every thread is done with the batch before it (and with the ring rows copied next)");
-    line(3, "if (threadIdx.x == 0 && b + {} < nb) {{", kP);
+    line(3, "if (threadIdx.x == 0 && b + {} < nb) {{", P.ahead);
     line(4, "FJ_PROXY_FENCE();");
     line(4, "fj_issue();");
     line(3, "}}");

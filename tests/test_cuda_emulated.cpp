@@ -157,9 +157,11 @@ std::string host_compiler() {
 class Emulated {
 public:
     // ld_in/ld_out > 0: kernels specialised on those leading dimensions (CudaEmitOptions::strides).
-    // window_scan: window-scan kernels (CudaEmitOptions::window_scan), run with a thread per CUDA thread.
+    // window_scan: window-scan kernels (CudaEmitOptions::window_scan), run with a thread per CUDA thread,
+    // scan_ahead batches copied ahead (0: the default).
     Emulated(const std::vector<const fj::ir::Kernel*>& kernels, fj::DType dtype, const std::string& dir,
-             const std::string& cxx, long long ld_in = 0, long long ld_out = 0, bool window_scan = false)
+             const std::string& cxx, long long ld_in = 0, long long ld_out = 0, bool window_scan = false,
+             int scan_ahead = 0)
         : window_scan_(window_scan) {
         std::string src = kShim;
         for (std::size_t i = 0; i < kernels.size(); ++i) {
@@ -180,6 +182,7 @@ public:
                 o.strides.insert(o.strides.end(), k.outputs.size(), ld_out);
             }
             o.window_scan = window_scan;
+            o.window_scan_ahead = scan_ahead;
             src += "#undef FJ_NAN\n" + fj::codegen::emit_cuda(k, o);
             if (window_scan) {
                 src += "extern \"C\" void run_" + k.name + "(const void* w, unsigned gx, unsigned gy, unsigned block) {\n"
@@ -422,8 +425,10 @@ TEST_CASE("window-scan kernels, run on the host, match the reference") {
         CHECK(short_src.find("max(fj_e") != std::string::npos);
         CHECK(short_src.find("const int fj_b") == std::string::npos);
     }
-    for (long long ld : {44LL, 48LL}) {
+    // (With one batch copied ahead, the smallest rings, and with as many as fit, 4 here.)
+    for (const auto& [ld, ahead] : {std::pair{44LL, 1}, std::pair{48LL, 0}}) {
         CAPTURE(ld);
+        CAPTURE(ahead);
         std::vector<const fj::ir::Kernel*> kernels;
         std::vector<std::size_t> index;  // kernel -> its program
         for (std::size_t pi = 0; pi < plans.size(); ++pi) {
@@ -432,6 +437,7 @@ TEST_CASE("window-scan kernels, run on the host, match the reference") {
             fj::codegen::CudaEmitOptions o;
             o.dtype = dtype;
             o.strides.assign(k.inputs.size() + k.outputs.size(), ld);
+            o.window_scan_ahead = ahead;
             std::string why;
             const bool ok = fj::codegen::cuda_window_scan_smem(k, o, &why) > 0;
             const std::string& name = programs[pi].size() == 1 ? programs[pi][0].first : std::string("fused");
@@ -441,7 +447,7 @@ TEST_CASE("window-scan kernels, run on the host, match the reference") {
             index.push_back(pi);
         }
         REQUIRE(kernels.size() >= must.size());
-        Emulated emu(kernels, dtype, dir, cxx, ld, ld, true);
+        Emulated emu(kernels, dtype, dir, cxx, ld, ld, true, ahead);
         REQUIRE_MESSAGE(emu.error().empty(), emu.error());
         const fj::test::Inputs data = fj::test::as_dtype(ds.inputs, dtype);
         for (std::int64_t tile : {0, 7, 45}) {

@@ -62,6 +62,7 @@ CudaSettings CudaSettings::from_env() {
     s.cache_hints = env_int("FJ_CUDA_CACHE_HINTS", -1, -1, 1);
     s.warm_rows = env_int("FJ_CUDA_WARM_ROWS", s.warm_rows, 0, 16);
     s.window_scan = env_int("FJ_CUDA_WINDOW_SCAN", -1, -1, 1);
+    s.scan_ahead = env_int("FJ_CUDA_SCAN_AHEAD", 0, 0, 8);
     if (s.launch_bounds % 32) throw Error(fmt::format("FJ_CUDA_LAUNCH_BOUNDS={} is not a multiple of 32", s.launch_bounds));
     if (const char* v = std::getenv("FJ_NVRTC_OPTIONS")) {
         std::istringstream words(v);
@@ -90,10 +91,10 @@ std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::st
                        n.version, opts, settings.unroll, settings.reg_ring_max,
                        settings.big_body_shapes ? " bigbodyshapes" : "") +
            (strides.empty() ? std::string()
-                            : fmt::format(" ld=[{}] l2pf={} stages={} copies={} edges={} lb={} hints={} warm={} scan={}",
+                            : fmt::format(" ld=[{}] l2pf={} stages={} copies={} edges={} lb={} hints={} warm={} scan={} ahead={}",
                                           fmt::join(strides, ","), settings.l2_prefetch, settings.stages,
                                           settings.copies, settings.batched_edges, settings.launch_bounds,
-                                          settings.cache_hints, settings.warm_rows, settings.window_scan));
+                                          settings.cache_hints, settings.warm_rows, settings.window_scan, settings.scan_ahead));
 }
 
 int long_window_inputs(const ir::Kernel& kernel) {
@@ -127,6 +128,7 @@ codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype
         (settings.window_scan == 1 || (settings.window_scan == -1 && long_window_inputs(kernel) >= kWindowScanMinInputs))) {
         codegen::CudaEmitOptions scan = eo;
         scan.window_scan = true;
+        scan.window_scan_ahead = settings.scan_ahead;
         if (const int bytes = codegen::cuda_window_scan_smem(kernel, scan); bytes > 0) {
             if (block_smem) *block_smem = bytes;
             return scan;

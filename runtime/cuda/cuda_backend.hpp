@@ -106,6 +106,7 @@ struct CudaSettings {
     int cache_hints = -1;                 // FJ_CUDA_CACHE_HINTS: 1 on, 0 off, -1 by kCacheHintMinLag
     int warm_rows = 4;                    // FJ_CUDA_WARM_ROWS (specialised kernels; warm_only_rows)
     int window_scan = -1;                 // FJ_CUDA_WINDOW_SCAN: 1 wherever possible, 0 never, -1 by long_window_inputs()
+    int scan_ahead = 0;                   // FJ_CUDA_SCAN_AHEAD: window scans' batches copied ahead (0: as many as fit)
     std::vector<std::string> extra_options;  // FJ_NVRTC_OPTIONS, appended to NVRTC's (part of the cache key)
     static CudaSettings from_env();
 };
