@@ -350,7 +350,7 @@ void apply_setting(const std::map<std::string, std::string>& kv) {
                                                             {"copies", "FJ_CUDA_COPIES"}, {"edges", "FJ_CUDA_EDGES"},
                                                             {"lb", "FJ_CUDA_LAUNCH_BOUNDS"}, {"hints", "FJ_CUDA_CACHE_HINTS"},
                                                             {"warm", "FJ_CUDA_WARM_ROWS"}, {"scan", "FJ_CUDA_WINDOW_SCAN"},
-                                                            {"ahead", "FJ_CUDA_SCAN_AHEAD"}};
+                                                            {"ahead", "FJ_CUDA_SCAN_AHEAD"}, {"warps", "FJ_CUDA_SCAN_WARPS"}};
     for (const auto& [key, var] : vars) {
         auto it = kv.find(key);
         setenv_or_unset(var, it == kv.end() ? std::string() : it->second);

@@ -113,20 +113,26 @@ struct CudaEmitOptions {
     // blocks per SM (up to kWindowScanMaxAhead). Each batch's copies are issued as the block starts the
     // batch that many before it.
     int window_scan_ahead = 0;
+    // Window scans: warps per block, each running one segment of every batch (kWindowScanBatchRows / warps
+    // rows, at most kWindowScanMirrorRows); 0 for kWindowScanWarps. More warps hide more latency with
+    // fewer registers each (two blocks per SM), at more scan work per row.
+    int window_scan_warps = 0;
 };
 
 // Window-scan kernels (codegen/cuda_scan_emit.cpp) keep a block's 32 columns' whole window in shared
 // memory, so that a long window's leaving rows are not read from global memory again, and share each column
-// among the block's 8 warps (each runs 4 rows of a 32-row batch; their window sums and run counters are
-// combined by a scan across warps). For kernels whose states are window sums, run counters, first values
-// and previous values only (the moments of corr, cov, mean, std, ...). Launch: blocks of
-// kWindowScanThreads threads, each owning kWindowScanColumns columns, cuda_window_scan_smem() bytes of
-// dynamic shared memory per block; time tiles as for the column scan. Its rows arrive by tensor copies
+// among the block's warps (by default 8, each running 4 rows of a 32-row batch; their window sums and run
+// counters are combined by a scan across warps). For kernels whose states are window sums, run counters,
+// first values and previous values only (the moments of corr, cov, mean, std, ...). Launch: blocks of 32 x
+// warps threads owning kWindowScanColumns columns, cuda_window_scan_smem() bytes of dynamic shared memory
+// per block; time tiles as for the column scan. Its rows arrive by tensor copies
 // (TMA): panels must start on 16 bytes and have a multiple of 4 columns (the runtime checks, and runs the
 // column scan otherwise).
 // Window scans copy with tensor copies and mbarrier transaction counts: sm_90 and later.
 inline constexpr int kWindowScanMinArch = 90;
-inline constexpr int kWindowScanThreads = 256;
+// Warps per block by default (CudaEmitOptions::window_scan_warps): a batch's segments. The block's size is
+// its kernel's maximum threads per block (__launch_bounds__; CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK).
+inline constexpr int kWindowScanWarps = 8;
 inline constexpr int kWindowScanColumns = 32;
 // Its parameters end with two tensor maps per input (CUtensorMap, 128 bytes, 128-byte aligned after the
 // words of the ABI above): boxes of kWindowScanColumns columns by kWindowScanBatchRows rows (a batch) and by

@@ -171,6 +171,7 @@ private:
         int reach = 0;                         // rows back the rows read reach (RowInPass included)
         int ring_rows = 0;
         int ahead = 0;                         // batches copied ahead of the one computed
+        int segments = 0, segment_rows = 0;    // a batch's segments (the block's warps) and their rows
         int smem_bytes = 0;
     };
     ScanPlan scan_;

@@ -36,18 +36,21 @@ namespace fj::codegen::detail {
 
 namespace {
 constexpr int kC = kWindowScanColumns;  // columns per block: a warp's lanes
-constexpr int kS = 8;                   // segments per batch: the block's warps
-constexpr int kR = 4;                   // rows per segment
-constexpr int kB = kS * kR;             // rows per batch
-static_assert(kB == kWindowScanBatchRows && kR == kWindowScanMirrorRows, "the runtime's tensor maps (cuda_emit.hpp)");
+constexpr int kB = kWindowScanBatchRows;  // rows per batch, in segments of kB / (the block's warps) rows
+constexpr int kM = kWindowScanMirrorRows;  // rows of the ring's mirror (at least a segment's)
 constexpr int kNone = -(1 << 30);       // a run counter's "no reset in this segment"
 }  // namespace
 
 void Emitter::scan_plan() {
     ScanPlan& P = scan_;
     P = ScanPlan{};
+    P.segments = o_.window_scan_warps > 0 ? o_.window_scan_warps : kWindowScanWarps;
+    P.segment_rows = kB / P.segments;
+    const int kS = P.segments, kR = P.segment_rows;
     const std::size_t n = k_.body.size();
     auto fail = [&](std::string why) { P.why_not = std::move(why); };
+    if (kS < 1 || kS * kR != kB || kR > kM)
+        return fail(fmt::format("{} warps per block: {} rows per batch do not split into segments of at most {} rows", kS, kB, kM));
     if (o_.dtype != DType::F32) return fail("float32 panels only (a float64 window would halve the columns per SM)");
     if (o_.strides.empty()) return fail("needs fixed leading dimensions");
     if (!k_.rings.empty()) return fail("the kernel keeps rings");
@@ -223,7 +226,7 @@ void Emitter::scan_plan() {
     // computed reads and those of the batches ahead.
     auto bytes_for = [&](int ahead, int* ring_rows) {
         *ring_rows = (P.reach + (ahead + 1) * kB + kB - 1) / kB * kB;
-        const std::size_t ring_bytes = static_cast<std::size_t>(*ring_rows + kR) * kC * sizeof(float);
+        const std::size_t ring_bytes = static_cast<std::size_t>(*ring_rows + kM) * kC * sizeof(float);
         return P.ring_inputs.size() * ring_bytes +
                static_cast<std::size_t>(kS + 1) * kC * (P.sums.size() * 8 + P.counters.size() * 4) +
                static_cast<std::size_t>(ahead + 1) * 8 +  // the copies' mbarriers
@@ -248,6 +251,7 @@ void Emitter::scan_plan() {
 // two integer tests per row, with e - u_seg + C once per segment, instead of a max, a subtraction and a
 // test. Counters with any other use keep their count.
 void Emitter::scan_count_tests() {
+    const int kR = scan_.segment_rows;
     ScanPlan& P = scan_;
     for (const ScanCounter& c : P.counters) {
         std::vector<ScanCountTest> tests;
@@ -299,6 +303,7 @@ void Emitter::scan_predefine(int ind, std::int32_t i, const std::string& expr) {
 // The ring values `phase` reads in the segment's rows, each row once (a row read at two lags, or as a
 // previous value and as this row's, is one load), NaN before the pass in guarded batches.
 void Emitter::scan_segment_loads(int ind, const std::vector<bool>& phase) {
+    const int kR = scan_.segment_rows;
     std::set<std::pair<int, int>> want;  // (input, lag)
     for (std::size_t x = 0; x < k_.body.size(); ++x)
         if (phase[x] && k_.body[x].op == Prim::Input) want.insert({k_.body[x].slot, k_.body[x].lag});
@@ -394,7 +399,7 @@ void Emitter::scan_loader(int ind) {
     const int ring_bytes = P.ring_rows * kC * 4;
     line(in, "const unsigned bar = fj_mbar_addr + 8u * fj_issue_stage;");
     line(in, "const bool mirror = fj_dst == 0;  // the ring's first rows again after its end");
-    line(in, "FJ_MBAR_EXPECT(bar, mirror ? {}u : {}u);", P.ring_inputs.size() * (kB + kR) * kC * 4,
+    line(in, "FJ_MBAR_EXPECT(bar, mirror ? {}u : {}u);", P.ring_inputs.size() * (kB + kM) * kC * 4,
          P.ring_inputs.size() * kB * kC * 4);
     for (int slot : P.ring_inputs) {
         line(in, "FJ_TMA(fj_ring_addr{} + fj_dst, (unsigned long long)&p.tm{}, (int)fj_col0, fj_load_row, bar);", slot, slot);
@@ -408,6 +413,7 @@ void Emitter::scan_loader(int ind) {
 
 // One batch: the segment's rows, the scan of the segments' totals, the results.
 void Emitter::scan_batch(int ind, bool guarded) {
+    const int kS = scan_.segments, kR = scan_.segment_rows;
     const ScanPlan& P = scan_;
     const int QS = static_cast<int>(P.sums.size()), QC = static_cast<int>(P.counters.size());
     guarded_ = guarded;
@@ -536,6 +542,7 @@ std::string Emitter::run_scan() {
     scan_plan();
     if (!scan_.ok)
         throw BackendError(fmt::format("CUDA emitter: kernel {} cannot run as a window scan: {}", k_.name, scan_.why_not));
+    const int kS = scan_.segments, kR = scan_.segment_rows;
     const ScanPlan& P = scan_;
     scan_mode_ = true;
     header();
@@ -550,7 +557,7 @@ std::string Emitter::run_scan() {
         throw BackendError(fmt::format("CUDA emitter: kernel {}: {} fixed strides for {} panels", k_.name,
                                        o_.strides.size(), ni + no));
     line(1, "FJ_SMEM_DECL;");
-    const int ring_floats = (P.ring_rows + kR) * kC;
+    const int ring_floats = (P.ring_rows + kM) * kC;
     for (std::size_t q = 0; q < P.ring_inputs.size(); ++q) {
         const int slot = P.ring_inputs[q];
         line(1, "float* const fj_ring{} = reinterpret_cast<float*>(fj_smem) + {};  // rows by the pass's row modulo {}", slot,

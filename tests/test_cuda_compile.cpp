@@ -534,7 +534,7 @@ TEST_CASE("launch configuration") {
     SUBCASE("window scans: a fixed block owns 32 columns; few waves") {
         in.rows = in.cols = 50000;
         in.halo = 249;
-        in.block = fj::codegen::kWindowScanThreads;
+        in.block = 32 * fj::codegen::kWindowScanWarps;
         in.cols_per_block = fj::codegen::kWindowScanColumns;
         in.blocks_per_sm = 2;
         in.sm_count = 132;

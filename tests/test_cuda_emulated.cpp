@@ -158,11 +158,11 @@ class Emulated {
 public:
     // ld_in/ld_out > 0: kernels specialised on those leading dimensions (CudaEmitOptions::strides).
     // window_scan: window-scan kernels (CudaEmitOptions::window_scan), run with a thread per CUDA thread,
-    // scan_ahead batches copied ahead (0: the default).
+    // scan_ahead batches copied ahead, scan_warps warps per block (0: the defaults).
     Emulated(const std::vector<const fj::ir::Kernel*>& kernels, fj::DType dtype, const std::string& dir,
              const std::string& cxx, long long ld_in = 0, long long ld_out = 0, bool window_scan = false,
-             int scan_ahead = 0)
-        : window_scan_(window_scan) {
+             int scan_ahead = 0, int scan_warps = 0)
+        : window_scan_(window_scan), scan_warps_(scan_warps > 0 ? scan_warps : fj::codegen::kWindowScanWarps) {
         std::string src = kShim;
         for (std::size_t i = 0; i < kernels.size(); ++i) {
             fj::ir::Kernel k = *kernels[i];
@@ -183,6 +183,7 @@ public:
             }
             o.window_scan = window_scan;
             o.window_scan_ahead = scan_ahead;
+            o.window_scan_warps = scan_warps;
             src += "#undef FJ_NAN\n" + fj::codegen::emit_cuda(k, o);
             if (window_scan) {
                 src += "extern \"C\" void run_" + k.name + "(const void* w, unsigned gx, unsigned gy, unsigned block) {\n"
@@ -230,7 +231,7 @@ public:
         li.rows = p0.rows;
         li.cols = p0.cols;
         li.halo = k.halo;
-        li.block = window_scan_ ? fj::codegen::kWindowScanThreads : 32;
+        li.block = window_scan_ ? 32 * scan_warps_ : 32;
         li.cols_per_block = window_scan_ ? fj::codegen::kWindowScanColumns : 0;
         li.blocks_per_sm = window_scan_ ? 2 : 1;
         li.sm_count = 2;
@@ -272,6 +273,7 @@ public:
 
 private:
     bool window_scan_ = false;
+    int scan_warps_ = 0;
     void* so_ = nullptr;
     std::string error_;
 };
@@ -425,10 +427,16 @@ TEST_CASE("window-scan kernels, run on the host, match the reference") {
         CHECK(short_src.find("max(fj_e") != std::string::npos);
         CHECK(short_src.find("const int fj_b") == std::string::npos);
     }
-    // (With one batch copied ahead, the smallest rings, and with as many as fit, 4 here.)
-    for (const auto& [ld, ahead] : {std::pair{44LL, 1}, std::pair{48LL, 0}}) {
+    // With one batch copied ahead (the smallest rings) and 16 warps of 2-row segments, and with the
+    // defaults (as many batches ahead as fit, 4 here; 8 warps of 4 rows).
+    struct Setup {
+        long long ld;
+        int ahead, warps;
+    };
+    for (const auto& [ld, ahead, warps] : {Setup{44, 1, 16}, Setup{48, 0, 0}}) {
         CAPTURE(ld);
         CAPTURE(ahead);
+        CAPTURE(warps);
         std::vector<const fj::ir::Kernel*> kernels;
         std::vector<std::size_t> index;  // kernel -> its program
         for (std::size_t pi = 0; pi < plans.size(); ++pi) {
@@ -438,6 +446,7 @@ TEST_CASE("window-scan kernels, run on the host, match the reference") {
             o.dtype = dtype;
             o.strides.assign(k.inputs.size() + k.outputs.size(), ld);
             o.window_scan_ahead = ahead;
+            o.window_scan_warps = warps;
             std::string why;
             const bool ok = fj::codegen::cuda_window_scan_smem(k, o, &why) > 0;
             const std::string& name = programs[pi].size() == 1 ? programs[pi][0].first : std::string("fused");
@@ -447,7 +456,7 @@ TEST_CASE("window-scan kernels, run on the host, match the reference") {
             index.push_back(pi);
         }
         REQUIRE(kernels.size() >= must.size());
-        Emulated emu(kernels, dtype, dir, cxx, ld, ld, true, ahead);
+        Emulated emu(kernels, dtype, dir, cxx, ld, ld, true, ahead, warps);
         REQUIRE_MESSAGE(emu.error().empty(), emu.error());
         const fj::test::Inputs data = fj::test::as_dtype(ds.inputs, dtype);
         for (std::int64_t tile : {0, 7, 45}) {

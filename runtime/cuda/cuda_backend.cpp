@@ -63,6 +63,9 @@ CudaSettings CudaSettings::from_env() {
     s.warm_rows = env_int("FJ_CUDA_WARM_ROWS", s.warm_rows, 0, 16);
     s.window_scan = env_int("FJ_CUDA_WINDOW_SCAN", -1, -1, 1);
     s.scan_ahead = env_int("FJ_CUDA_SCAN_AHEAD", 0, 0, 8);
+    s.scan_warps = env_int("FJ_CUDA_SCAN_WARPS", 0, 0, 16);
+    if (s.scan_warps != 0 && s.scan_warps != 8 && s.scan_warps != 16)
+        throw Error(fmt::format("FJ_CUDA_SCAN_WARPS={} is not 8 or 16", s.scan_warps));
     if (s.launch_bounds % 32) throw Error(fmt::format("FJ_CUDA_LAUNCH_BOUNDS={} is not a multiple of 32", s.launch_bounds));
     if (const char* v = std::getenv("FJ_NVRTC_OPTIONS")) {
         std::istringstream words(v);
@@ -91,10 +94,10 @@ std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::st
                        n.version, opts, settings.unroll, settings.reg_ring_max,
                        settings.big_body_shapes ? " bigbodyshapes" : "") +
            (strides.empty() ? std::string()
-                            : fmt::format(" ld=[{}] l2pf={} stages={} copies={} edges={} lb={} hints={} warm={} scan={} ahead={}",
+                            : fmt::format(" ld=[{}] l2pf={} stages={} copies={} edges={} lb={} hints={} warm={} scan={} ahead={} warps={}",
                                           fmt::join(strides, ","), settings.l2_prefetch, settings.stages,
                                           settings.copies, settings.batched_edges, settings.launch_bounds,
-                                          settings.cache_hints, settings.warm_rows, settings.window_scan, settings.scan_ahead));
+                                          settings.cache_hints, settings.warm_rows, settings.window_scan, settings.scan_ahead, settings.scan_warps));
 }
 
 int long_window_inputs(const ir::Kernel& kernel) {
@@ -129,6 +132,7 @@ codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype
         codegen::CudaEmitOptions scan = eo;
         scan.window_scan = true;
         scan.window_scan_ahead = settings.scan_ahead;
+        scan.window_scan_warps = settings.scan_warps;
         if (const int bytes = codegen::cuda_window_scan_smem(kernel, scan); bytes > 0) {
             if (block_smem) *block_smem = bytes;
             return scan;
@@ -231,8 +235,8 @@ struct LoadedKernel {
     int registers = 0, local_bytes = 0;
     int block = 0, blocks_per_sm = 0;
     int smem_per_thread = 0;  // dynamic shared memory the kernel uses per thread (staged loads)
-    int block_smem = 0;       // window-scan kernels: dynamic shared memory per block (blocks of
-                              // codegen::kWindowScanThreads threads owning kWindowScanColumns columns)
+    int block_smem = 0;       // window-scan kernels: dynamic shared memory per block (blocks of their
+                              // __launch_bounds__ threads owning codegen::kWindowScanColumns columns)
 };
 
 // Where a kernel argument's panel comes from in a run: the program's inputs or outputs, or an
@@ -627,7 +631,8 @@ std::shared_ptr<const LoadedKernel> CudaBackend::load(const std::string& key, co
                                                "the device allows {} (FJ_CUDA_WINDOW_SCAN=0 runs the column scan)",
                                                e.function, block_smem, dev_.smem_optin));
             FJ_CU(cuFuncSetAttribute, lk->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, block_smem);
-            lk->block = codegen::kWindowScanThreads;
+            // (Its __launch_bounds__: 32 threads per warp of CudaEmitOptions::window_scan_warps.)
+            FJ_CU(cuFuncGetAttribute, &lk->block, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, lk->fn);
             FJ_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor, &lk->blocks_per_sm, lk->fn, lk->block,
                   static_cast<std::size_t>(block_smem));
         } else if (smem_per_thread == 0) {

@@ -107,6 +107,7 @@ struct CudaSettings {
     int warm_rows = 4;                    // FJ_CUDA_WARM_ROWS (specialised kernels; warm_only_rows)
     int window_scan = -1;                 // FJ_CUDA_WINDOW_SCAN: 1 wherever possible, 0 never, -1 by long_window_inputs()
     int scan_ahead = 0;                   // FJ_CUDA_SCAN_AHEAD: window scans' batches copied ahead (0: as many as fit)
+    int scan_warps = 0;                   // FJ_CUDA_SCAN_WARPS: window scans' warps per block, 8 or 16 (0: 8)
     std::vector<std::string> extra_options;  // FJ_NVRTC_OPTIONS, appended to NVRTC's (part of the cache key)
     static CudaSettings from_env();
 };
