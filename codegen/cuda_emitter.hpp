@@ -172,6 +172,7 @@ private:
         int ring_rows = 0;
         int ahead = 0;                         // batches copied ahead of the one computed
         int segments = 0, segment_rows = 0;    // a batch's segments (the block's warps) and their rows
+        int issuers = 0;                       // warps whose lane 0 issues the copies (scan_loader())
         int smem_bytes = 0;
     };
     ScanPlan scan_;

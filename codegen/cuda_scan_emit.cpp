@@ -23,11 +23,11 @@
 // there are no rings, and every lagged input is read only where RowInPass masks its value before the pass
 // (pass_only_loads()): the rings hold the pass's rows only.
 //
-// Block: 256 threads, 32 columns, batches copied ahead by thread 0 (scan_loader(); as many as shared
-// memory holds, up to kWindowScanMaxAhead: 3 at w = 250), each completing on
-// its own mbarrier, which every thread waits for. Per batch three block barriers: every thread is done with
-// the batch before (the totals and the ring rows copied next); the segments' totals are written; their
-// prefixes are written. Batches run without guards from the row on
+// Block: 8 warps (CudaEmitOptions::window_scan_warps) of 32 columns, batches copied ahead by lane 0 of a
+// warp per input (scan_loader(); as many batches as shared memory holds, up to kWindowScanMaxAhead: 3 at
+// w = 250), each completing on its own mbarrier, which every thread waits for. Per batch three block
+// barriers: every thread is done with the batch before (the totals and the ring rows copied next); the
+// segments' totals are written; their prefixes are written. Batches run without guards from the row on
 // which every column of the block has its first values (found once per pass), the window's reach and the
 // first output row, up to the pass's last whole batch; the others are guarded.
 #include "codegen/cuda_emitter.hpp"
@@ -221,6 +221,8 @@ void Emitter::scan_plan() {
             return fail(fmt::format("input {}'s leading dimension {} is not a multiple of 4 (tensor maps' strides are multiples of 16 bytes)", slot,
                                     o_.strides[static_cast<std::size_t>(slot)]));
     P.ring_inputs.assign(ring_set.begin(), ring_set.end());
+    if (P.ring_inputs.empty()) return fail("it reads no input rows");
+    P.issuers = std::min(static_cast<int>(P.ring_inputs.size()), kS);
     // Batches copied ahead (each on its own mbarrier, with the batch computed): as many as shared memory
     // holds, up to kWindowScanMaxAhead, unless the options fix it. The ring holds the rows the batch
     // computed reads and those of the batches ahead.
@@ -382,28 +384,40 @@ void Emitter::scan_prescan(int ind) {
         if (state_fexact_[static_cast<std::size_t>(s.state)]) line(ind, "const float sf{} = (float)s{};", s.state, s.state);
 }
 
-// The copy of the next batch into the rings, by thread 0: one tensor copy (TMA) per ring input of the
-// batch's 32 rows of the block's 32 columns, and for the ring's first slot one more of its first rows into
-// the mirror after the ring's end (read by segments whose rows wrap). Rows and columns past the panel arrive
-// as zeros; rows after the pass hold the panel's next rows, which feed only rows that are not stored. The
-// thread's arrival on the batch's mbarrier announces the bytes (a tensor copy always delivers its whole
-// box), so the barrier's phase completes when they have landed. Compared with a 16-byte cp.async per
-// thread, every warp but one is rid of the copies' address arithmetic (bench/RESULTS.md). The row, ring
-// offset and stage step by a batch per copy (set per pass before the first).
+// The copy of the next batch into the rings, by lane 0 of the first P.issuers warps (ring input q by warp
+// q % P.issuers, so that no one warp, which the block then waits for at the batch's barriers, issues every
+// copy): one tensor copy (TMA) per ring input of the batch's 32 rows of the block's 32 columns, and for the
+// ring's first slot one more of its first rows into the mirror after the ring's end (read by segments
+// whose rows wrap). Rows and columns past the panel arrive as zeros; rows after the pass hold the panel's
+// next rows, which feed only rows that are not stored. Each issuer's arrival on the batch's mbarrier
+// (initialised for P.issuers arrivals) announces its bytes (a tensor copy always delivers its whole box),
+// so the barrier's phase completes when they have all landed. Compared with a 16-byte cp.async per thread,
+// the warps are rid of the copies' address arithmetic (bench/RESULTS.md). No proxy fence comes before a
+// copy: the threads only ever read the rings (the block barrier before the copy orders those reads), and
+// a fence (MEMBAR.ALL.CTA, waiting for the issuer's own stores) made the issuing warp late for every
+// batch's barriers (bench/RESULTS.md). The row, ring offset and stage step by a batch per copy (set per
+// pass before the first).
 void Emitter::scan_loader(int ind) {
     const ScanPlan& P = scan_;
     line(ind, "int fj_load_row = (int)row_begin;  // (rows < 2^31: the runtime checks)");
     line(ind, "unsigned fj_dst = 0;  // bytes into a ring");
-    line(ind, "auto fj_issue = [&]() {{");
+    line(ind, "auto fj_issue = [&]() {{  // (by lane 0 of warps 0 to {})", P.issuers - 1);
     const int in = ind + 1;
     const int ring_bytes = P.ring_rows * kC * 4;
     line(in, "const unsigned bar = fj_mbar_addr + 8u * fj_issue_stage;");
     line(in, "const bool mirror = fj_dst == 0;  // the ring's first rows again after its end");
-    line(in, "FJ_MBAR_EXPECT(bar, mirror ? {}u : {}u);", P.ring_inputs.size() * (kB + kM) * kC * 4,
-         P.ring_inputs.size() * kB * kC * 4);
-    for (int slot : P.ring_inputs) {
-        line(in, "FJ_TMA(fj_ring_addr{} + fj_dst, (unsigned long long)&p.tm{}, (int)fj_col0, fj_load_row, bar);", slot, slot);
-        line(in, "if (mirror) FJ_TMA(fj_ring_addr{} + {}u, (unsigned long long)&p.tm{}_m, (int)fj_col0, fj_load_row, bar);", slot, ring_bytes, slot);
+    for (int k = 0; k < P.issuers; ++k) {
+        std::vector<int> mine;
+        for (std::size_t q = 0; q < P.ring_inputs.size(); ++q)
+            if (static_cast<int>(q) % P.issuers == k) mine.push_back(P.ring_inputs[q]);
+        line(in, "{}if (seg == {}) {{", k == 0 ? "" : "else ", k);
+        line(in + 1, "FJ_MBAR_EXPECT(bar, mirror ? {}u : {}u);", mine.size() * (kB + kM) * kC * 4, mine.size() * kB * kC * 4);
+        for (int slot : mine) {
+            line(in + 1, "FJ_TMA(fj_ring_addr{} + fj_dst, (unsigned long long)&p.tm{}, (int)fj_col0, fj_load_row, bar);", slot, slot);
+            line(in + 1, "if (mirror) FJ_TMA(fj_ring_addr{} + {}u, (unsigned long long)&p.tm{}_m, (int)fj_col0, fj_load_row, bar);", slot,
+                 ring_bytes, slot);
+        }
+        line(in, "}}");
     }
     line(in, "fj_load_row += {};", kB);
     line(in, "fj_dst = fj_dst >= {}u ? 0u : fj_dst + {}u;", (P.ring_rows - kB) * kC * 4, kB * kC * 4);
@@ -524,8 +538,6 @@ void Emitter::scan_macros() {
     line(0, "#define FJ_MBAR_INIT_FENCE() asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\")");
     // (An arrival that also raises the phase's expected bytes.)
     line(0, "#define FJ_MBAR_EXPECT(bar, bytes) asm volatile(\"{{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }}\" :: \"r\"(bar), \"r\"(bytes) : \"memory\")");
-    // (Generic-proxy reads of a ring slot before the barrier, the async proxy's writes into it after.)
-    line(0, "#define FJ_PROXY_FENCE() asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\")");
     line(0, "#define FJ_MBAR_WAIT(bar, parity) while (!fj_mbar_done(bar, parity)) {{}}");
     line(0, "__device__ __forceinline__ bool fj_mbar_done(unsigned bar, unsigned parity) {{");
     line(1, "unsigned done;");
@@ -576,7 +588,7 @@ std::string Emitter::run_scan() {
     line(1, "const bool fj_active = j < p.cols;");
     line(1, "const long long fj_col0 = (long long)blockIdx.x * {};", kC);
     line(1, "if (threadIdx.x == 0) {{");
-    for (int k = 0; k <= P.ahead; ++k) line(2, "FJ_MBAR_INIT(fj_mbar_addr + {}u, 1);", 8 * k);
+    for (int k = 0; k <= P.ahead; ++k) line(2, "FJ_MBAR_INIT(fj_mbar_addr + {}u, {});", 8 * k, P.issuers);
     line(2, "FJ_MBAR_INIT_FENCE();");
     line(1, "}}");
     line(1, "int fj_stage = 0, fj_issue_stage = 0;  // the mbarrier of the batch waited for, issued");
@@ -611,8 +623,8 @@ std::string Emitter::run_scan() {
         line(2, "if (seg == {}) fj_tcnt[{} + lane] = {};", (QS + q) % kS, (kS * QC + q) * kC,
              -static_cast<long long>(k_.states[P.counters[q].state].init) - 1);
     scan_loader(2);
-    line(2, "if (threadIdx.x == 0) {{");
-    line(3, "FJ_PROXY_FENCE();");
+    line(2, "const bool fj_issuer = lane == 0 && seg < {};", P.issuers);
+    line(2, "if (fj_issuer) {{");
     for (int b = 0; b < P.ahead; ++b) line(3, "if ({} < nb) fj_issue();", b);
     line(2, "}}");
     // Per lag read, the byte offset in a ring of this warp's segment's first row read at that lag and of
@@ -631,10 +643,7 @@ std::string Emitter::run_scan() {
     line(3, "fj_parity ^= 1u << fj_stage;");
     line(3, "fj_stage = fj_stage == {} ? 0 : fj_stage + 1;", P.ahead);
     line(3, "FJ_SYNC();  // every thread is done with the batch before it (and with the ring rows copied next)");
-    line(3, "if (threadIdx.x == 0 && b + {} < nb) {{", P.ahead);
-    line(4, "FJ_PROXY_FENCE();");
-    line(4, "fj_issue();");
-    line(3, "}}");
+    line(3, "if (fj_issuer && b + {} < nb) fj_issue();", P.ahead);
     line(3, "if (u_batch >= fj_ready && u_batch >= {} && u_batch >= first_out && u_batch + {} <= n_pass) {{", P.reach, kB);
     scan_batch(4, false);
     line(3, "}} else {{");

@@ -130,7 +130,6 @@ static inline void fj_mbar_wait(unsigned bar, unsigned parity) {
 #define FJ_MBAR_INIT(bar, n) fj_mbar_init(bar, n)
 #define FJ_MBAR_INIT_FENCE() ((void)0)
 #define FJ_MBAR_EXPECT(bar, bytes) fj_mbar_expect(bar, bytes)
-#define FJ_PROXY_FENCE() ((void)0)
 #define FJ_MBAR_WAIT(bar, parity) fj_mbar_wait(bar, parity)
 #define FJ_SHARED_ADDR(p) ((unsigned)(reinterpret_cast<const unsigned char*>(p) - fj_smem))
 // The hardware estimate (relative error below 2^-22) as a float32 rounding of the exact value, so that the
