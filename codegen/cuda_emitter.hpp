@@ -169,6 +169,9 @@ private:
         std::vector<int> ring_inputs;          // inputs kept in shared memory, in ring order
         std::set<std::pair<int, int>> reads;   // (input, lag) read from the rings (previous values: lag + 1)
         int reach = 0;                         // rows back the rows read reach (RowInPass included)
+        // Rows back from a batch's first row that its segment rows and the results of the batch before
+        // read (the ring keeps them while the batch's copy ahead is issued: see scan_loader()).
+        int back_rows = 0;
         int ring_rows = 0;
         int ahead = 0;                         // batches copied ahead of the one computed
         int segments = 0, segment_rows = 0;    // a batch's segments (the block's warps) and their rows

@@ -26,8 +26,12 @@
 // Block: 8 warps (CudaEmitOptions::window_scan_warps) of 32 columns, batches copied ahead by lane 0 of a
 // warp per input (scan_loader(); 2 batches ahead for corr, as many as fit up to kWindowScanMaxAhead for
 // lighter kernels: 4 for cov at w = 250), each completing on its own mbarrier, which every thread waits
-// for. Per batch three block barriers: every thread is done with the batch before (the totals and the
-// ring rows copied next); the segments' totals are written; their prefixes are written. Batches run
+// for. Per batch two block barriers: the segments' totals are written; their prefixes are written. None
+// is needed before a batch: a warp's segment rows write only its own segment's totals, whose prefixes
+// only it read in the batch before, and the ring slot a batch's copy overwrites was last read by the
+// segment rows of the batch before, which every warp finished before that batch's second barrier (the
+// ring is sized for the results of the batch before still running: back_rows). A third barrier there
+// cost 1 % (bench/RESULTS.md). Batches run
 // without guards from the row on which every column of the block has its first values (found once per
 // pass), the window's reach and the first output row, up to the pass's last whole batch; the others are
 // guarded.
@@ -208,12 +212,15 @@ void Emitter::scan_plan() {
                 return fail(fmt::format("input {} is read {} rows back where RowInPass does not mask it", x.slot, x.lag));
             P.reads.insert({x.slot, x.lag});
             P.reach = std::max(P.reach, x.lag);
+            if (P.in_a[i]) P.back_rows = std::max(P.back_rows, x.lag);
+            if (P.in_c[i]) P.back_rows = std::max(P.back_rows, x.lag + kB);
         }
         if (x.op == Prim::RowInPass) P.reach = std::max(P.reach, x.lag);
     }
-    for (const ScanPrev& p : P.prevs) {
+    for (const ScanPrev& p : P.prevs) {  // (both phases form a row's previous values)
         P.reads.insert({p.input, p.lag + 1});
         P.reach = std::max(P.reach, p.lag + 1);
+        P.back_rows = std::max(P.back_rows, p.lag + 1 + kB);
     }
     std::set<int> ring_set;
     for (const auto& [slot, lag] : P.reads) ring_set.insert(slot);
@@ -232,7 +239,7 @@ void Emitter::scan_plan() {
     // heavier kernel's batch takes longer, so fewer batches ahead cover the copies' latency.) The ring
     // holds the rows the batch computed reads and those of the batches ahead.
     auto bytes_for = [&](int ahead, int* ring_rows) {
-        *ring_rows = (P.reach + (ahead + 1) * kB + kB - 1) / kB * kB;
+        *ring_rows = (P.back_rows + (ahead + 1) * kB + kB - 1) / kB * kB;
         const std::size_t ring_bytes = static_cast<std::size_t>(*ring_rows + kM) * kC * sizeof(float);
         return P.ring_inputs.size() * ring_bytes +
                static_cast<std::size_t>(kS + 1) * kC * (P.sums.size() * 8 + P.counters.size() * 4) +
@@ -400,7 +407,7 @@ void Emitter::scan_prescan(int ind) {
 // (initialised for P.issuers arrivals) announces its bytes (a tensor copy always delivers its whole box),
 // so the barrier's phase completes when they have all landed. Compared with a 16-byte cp.async per thread,
 // the warps are rid of the copies' address arithmetic (bench/RESULTS.md). No proxy fence comes before a
-// copy: the threads only ever read the rings (the block barrier before the copy orders those reads), and
+// copy: the threads only ever read the rings (the block barriers of the batch before order those reads), and
 // a fence (MEMBAR.ALL.CTA, waiting for the issuer's own stores) made the issuing warp late for every
 // batch's barriers (bench/RESULTS.md). The row, ring offset and stage step by a batch per copy (set per
 // pass before the first).
@@ -649,7 +656,6 @@ std::string Emitter::run_scan() {
     line(3, "FJ_MBAR_WAIT(fj_mbar_addr + 8u * fj_stage, (fj_parity >> fj_stage) & 1u);  // the batch has landed");
     line(3, "fj_parity ^= 1u << fj_stage;");
     line(3, "fj_stage = fj_stage == {} ? 0 : fj_stage + 1;", P.ahead);
-    line(3, "FJ_SYNC();  // every thread is done with the batch before it (and with the ring rows copied next)");
     line(3, "if (fj_issuer && b + {} < nb) fj_issue();", P.ahead);
     line(3, "if (u_batch >= fj_ready && u_batch >= {} && u_batch >= first_out && u_batch + {} <= n_pass) {{", P.reach, kB);
     scan_batch(4, false);
