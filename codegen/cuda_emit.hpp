@@ -110,9 +110,8 @@ struct CudaEmitOptions {
     // fixed leading dimensions only; emit_cuda throws for kernels cuda_window_scan_smem() refuses.
     bool window_scan = false;
     // Window scans: batches copied ahead of the one computed, 0 for as many as shared memory holds at two
-    // blocks per SM, up to kWindowScanMaxAhead (kWindowScanHeavyAhead for kernels of more than
-    // kWindowScanLightSums window sums). Each batch's copies are issued as the block starts the batch
-    // that many before it.
+    // blocks per SM, up to kWindowScanMaxAhead. Each batch's copies are issued as the block starts the
+    // batch that many before it.
     int window_scan_ahead = 0;
     // Window scans: warps per block, each running one segment of every batch (kWindowScanBatchRows / warps
     // rows, at most kWindowScanMirrorRows); 0 for kWindowScanWarps. More warps hide more latency with
@@ -142,11 +141,8 @@ inline constexpr int kWindowScanBatchRows = 32;
 inline constexpr int kWindowScanMirrorRows = 4;
 // At most this much shared memory per block, so that two blocks fit an SM of sm_90 (227 KB).
 inline constexpr int kWindowScanMaxSharedBytes = 113 * 1024;
-// The most batches a window scan copies ahead by default (CudaEmitOptions::window_scan_ahead), and for
-// kernels of more window sums than kWindowScanLightSums (corr; measured in bench/RESULTS.md).
+// The most batches a window scan copies ahead by default (CudaEmitOptions::window_scan_ahead).
 inline constexpr int kWindowScanMaxAhead = 4;
-inline constexpr int kWindowScanLightSums = 3;
-inline constexpr int kWindowScanHeavyAhead = 2;
 // Dynamic shared memory per block of the window-scan kernel of `kernel` with these options, or 0 when it
 // cannot run as one (why_not, when given, says why).
 int cuda_window_scan_smem(const ir::Kernel& kernel, const CudaEmitOptions& options, std::string* why_not = nullptr);

@@ -24,8 +24,8 @@
 // (pass_only_loads()): the rings hold the pass's rows only.
 //
 // Block: 8 warps (CudaEmitOptions::window_scan_warps) of 32 columns, batches copied ahead by lane 0 of a
-// warp per input (scan_loader(); 2 batches ahead for corr, as many as fit up to kWindowScanMaxAhead for
-// lighter kernels: 4 for cov at w = 250), each completing on its own mbarrier, which every thread waits
+// warp per input (scan_loader(); as many batches as fit, up to kWindowScanMaxAhead: at w = 250, 3 for
+// corr, 4 for cov), each completing on its own mbarrier, which every thread waits
 // for. Per batch two block barriers: the segments' totals are written; their prefixes are written. None
 // is needed before a batch: a warp's segment rows write only its own segment's totals, whose prefixes
 // only it read in the batch before, and the ring slot a batch's copy overwrites was last read by the
@@ -231,13 +231,12 @@ void Emitter::scan_plan() {
     P.ring_inputs.assign(ring_set.begin(), ring_set.end());
     if (P.ring_inputs.empty()) return fail("it reads no input rows");
     P.issuers = std::min(static_cast<int>(P.ring_inputs.size()), kS);
-    // Batches copied ahead (each on its own mbarrier, with the batch computed), unless the options fix it:
-    // as many as shared memory holds, up to kWindowScanMaxAhead for kernels of at most
-    // kWindowScanLightSums window sums and kWindowScanHeavyAhead for others. (Measured on the H200,
-    // bench/RESULTS.md: cov w=250, 3 sums, 8.40-8.63 ms 4 ahead against 8.80-8.85 ms 2 ahead; corr, 5 sums,
-    // 12.17-12.58 ms 2 ahead against 12.20-12.81 ms 3 ahead, in 106 KB of shared memory instead of 114. A
-    // heavier kernel's batch takes longer, so fewer batches ahead cover the copies' latency.) The ring
-    // holds the rows the batch computed reads and those of the batches ahead.
+    // Batches copied ahead (each on its own mbarrier, with the batch computed): as many as shared memory
+    // holds, up to kWindowScanMaxAhead, unless the options fix it. (Measured on the H200, bench/RESULTS.md:
+    // cov w=250 8.40-8.63 ms 4 ahead against 8.67-8.85 ms 2 ahead; corr w=250 12.01-12.03 ms 3 ahead
+    // against 12.05-12.17 ms 2 ahead once the copies had no fence before them, 12.49-12.81 against
+    // 12.18-12.58 ms while they had.) The ring holds the rows the batch computed reads and those of the
+    // batches ahead.
     auto bytes_for = [&](int ahead, int* ring_rows) {
         *ring_rows = (P.back_rows + (ahead + 1) * kB + kB - 1) / kB * kB;
         const std::size_t ring_bytes = static_cast<std::size_t>(*ring_rows + kM) * kC * sizeof(float);
@@ -246,9 +245,7 @@ void Emitter::scan_plan() {
                static_cast<std::size_t>(ahead + 1) * 8 +  // the copies' mbarriers
                16;                                         // the block's latest row that sets a first value
     };
-    const int most = o_.window_scan_ahead > 0                                   ? o_.window_scan_ahead
-                     : P.sums.size() <= static_cast<std::size_t>(kWindowScanLightSums) ? kWindowScanMaxAhead
-                                                                                 : kWindowScanHeavyAhead;
+    const int most = o_.window_scan_ahead > 0 ? o_.window_scan_ahead : kWindowScanMaxAhead;
     const int least = o_.window_scan_ahead > 0 ? o_.window_scan_ahead : 1;
     std::size_t bytes = 0;
     for (P.ahead = most; P.ahead >= least; --P.ahead)
