@@ -342,6 +342,14 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         cu::CudaSettings four_ahead;  // (does not fit: the column scan)
         four_ahead.scan_ahead = 4;
         CHECK_FALSE(specialised(long_plan, four_ahead).emitted.window_scan);
+        // 16 warps of 2-row segments: blocks of 512 threads (the runtime launches the kernel's bounds).
+        cu::CudaSettings sixteen;
+        sixteen.scan_warps = 16;
+        const auto scan16 = specialised(long_plan, sixteen);
+        CHECK(scan16.emitted.window_scan);
+        CHECK(scan16.source.find("__launch_bounds__(512, 2)") != std::string::npos);
+        CHECK(scan.source.find("__launch_bounds__(256, 2)") != std::string::npos);
+        CHECK(scan16.key != scan.key);
         CHECK(scan.source.find("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes") != std::string::npos);
         // Their copies are sm_90's: for earlier targets the column scan.
         const std::vector<long long> lds(3, 50000);
@@ -444,6 +452,34 @@ TEST_CASE("arch parsing") {
     CHECK((ma == 9 && mi == 0));
     CHECK_THROWS_AS(cu::parse_arch("sm_9", &ma, &mi), fj::Error);
     CHECK_THROWS_AS(cu::parse_arch("90", &ma, &mi), fj::Error);
+}
+
+TEST_CASE("window-scan settings from the environment, with clear errors") {
+    auto with = [](const char* ahead, const char* warps) {
+        if (ahead) ::setenv("FJ_CUDA_SCAN_AHEAD", ahead, 1);
+        if (warps) ::setenv("FJ_CUDA_SCAN_WARPS", warps, 1);
+        std::string error;
+        cu::CudaSettings s;
+        try {
+            s = cu::CudaSettings::from_env();
+        } catch (const fj::Error& e) {
+            error = e.what();
+        }
+        ::unsetenv("FJ_CUDA_SCAN_AHEAD");
+        ::unsetenv("FJ_CUDA_SCAN_WARPS");
+        return std::pair{s, error};
+    };
+    const auto [defaults, none] = with(nullptr, nullptr);
+    CHECK(none.empty());
+    CHECK(defaults.scan_ahead == 0);
+    CHECK(defaults.scan_warps == 0);
+    const auto [set, ok] = with("3", "16");
+    CHECK(ok.empty());
+    CHECK(set.scan_ahead == 3);
+    CHECK(set.scan_warps == 16);
+    CHECK(with(nullptr, "12").second.find("FJ_CUDA_SCAN_WARPS=12 is not 8 or 16") != std::string::npos);
+    CHECK(with("9", nullptr).second.find("FJ_CUDA_SCAN_AHEAD=9") != std::string::npos);
+    CHECK(with("two", nullptr).second.find("not an integer") != std::string::npos);
 }
 
 TEST_CASE("launch configuration") {
