@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where the headline kernel's warps stall, per SASS instruction (one visit to the GPU machine, after
 # bench/gpu_run.sh has built build-gpu/): ncu samples corr w=20 on 10,000 x 10,000 float32 (the kernel big
-# panels get; FJ_PROFILE_ROWS / FJ_PROFILE_COLS set another shape, FJ_PROFILE_W another window), then the instructions with the most
+# panels get; FJ_PROFILE_ROWS / FJ_PROFILE_COLS set another shape, FJ_PROFILE_W another window), then the stall reasons overall and per code region, and the instructions with the most
 # stall samples are printed with their stall reasons.
 #   bench/gpu_stalls.sh [N]   (N: how many instructions to list, default 40)
 set -uo pipefail
@@ -56,17 +56,26 @@ if ex is not None:
           ", ".join(f"{k} {v / warp_rows:.1f}" for k, v in sorted(mix.items(), key=lambda kv: -kv[1]) if v / warp_rows >= 0.2))
 # Where the time goes by loop: samples between consecutive branches (the regions of the pass), in code order.
 seg, seg_ex, first = 0.0, 0.0, None
-print("samples by code region (between branches, regions with >= 0.5 % of the samples):")
+# Each region's own stall reasons (its three largest), so that a region slow for its instructions says why:
+# shared-memory latency (short_sb), a barrier, a dependency (wait), the float64 pipe (math).
+num = lambda x: float(x.replace(',', '') or 0)
+reasons = [(h[len("stall_"):], i) for i, h in enumerate(hdr) if h.startswith("stall_") and "Not Issued" not in h]
+print("stall reasons overall: " + ", ".join(
+    f"{name} {100 * v / total:.1f} %" for name, v in sorted(((n, sum(num(r[i]) for r in body)) for n, i in reasons),
+                                                            key=lambda kv: -kv[1]) if v >= 0.005 * total))
+print("samples by code region (between branches, regions with >= 0.5 % of the samples), with their top stall reasons:")
+why = {}
 for r in rows[1:]:
     if len(r) <= tot or not r[tot].replace(',', '').replace('.', '').isdigit(): continue
     first = first or r[0]
     seg += float(r[tot].replace(',', ''))
     seg_ex += float(r[ex].replace(',', '') or 0) if ex is not None else 0.0
+    for name, i in reasons: why[name] = why.get(name, 0.0) + num(r[i])
     if 'BRA' in r[src] or 'EXIT' in r[src]:
         if seg >= 0.005 * total:
-            print(f"  {first[-6:]}..{r[0][-6:]}  {seg:9.0f}  {100 * seg / total:5.1f} %  {seg_ex / warp_rows:6.1f} instr/row  ends with {r[src].strip()[:40]}")
-        seg, seg_ex, first = 0.0, 0.0, None
-num = lambda x: float(x.replace(',', '') or 0)
+            top = ", ".join(f"{n} {100 * v / seg:.0f} %" for n, v in sorted(why.items(), key=lambda kv: -kv[1])[:3])
+            print(f"  {first[-6:]}..{r[0][-6:]}  {seg:9.0f}  {100 * seg / total:5.1f} %  {seg_ex / warp_rows:6.1f} instr/row  ({top})  ends with {r[src].strip()[:40]}")
+        seg, seg_ex, first, why = 0.0, 0.0, None, {}
 print("samples  long-scoreboard  address  instruction")
 for r in body[:int(sys.argv[2])]:
     print(f"{num(r[tot]):8.0f}  {num(r[lsb]) if lsb is not None else 0:8.0f}  {r[0][-6:]}  {r[src][:90]}")
