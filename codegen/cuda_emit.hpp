@@ -125,9 +125,8 @@ struct CudaEmitOptions {
 // counters are combined by a scan across warps). For kernels whose states are window sums, run counters,
 // first values and previous values only (the moments of corr, cov, mean, std, ...). Launch: blocks of 32 x
 // warps threads owning kWindowScanColumns columns, cuda_window_scan_smem() bytes of dynamic shared memory
-// per block; time tiles as for the column scan. Its rows arrive by tensor copies
-// (TMA): panels must start on 16 bytes and have a multiple of 4 columns (the runtime checks, and runs the
-// column scan otherwise).
+// per block; time tiles as for the column scan. Its rows arrive by tensor copies (TMA): panels must start on
+// 16 bytes and have a multiple of 4 columns (the runtime checks, and runs the column scan otherwise).
 // Window scans copy with tensor copies and mbarrier transaction counts: sm_90 and later.
 inline constexpr int kWindowScanMinArch = 90;
 // Warps per block by default (CudaEmitOptions::window_scan_warps): a batch's segments. The block's size is

@@ -23,18 +23,17 @@
 // there are no rings, and every lagged input is read only where RowInPass masks its value before the pass
 // (pass_only_loads()): the rings hold the pass's rows only.
 //
-// Block: 8 warps (CudaEmitOptions::window_scan_warps) of 32 columns, batches copied ahead by lane 0 of a
-// warp per input (scan_loader(); as many batches as fit, up to kWindowScanMaxAhead: at w = 250, 3 for
-// corr, 4 for cov), each completing on its own mbarrier, which every thread waits
-// for. Per batch two block barriers: the segments' totals are written; their prefixes are written. None
-// is needed before a batch: a warp's segment rows write only its own segment's totals, whose prefixes
-// only it read in the batch before, and the ring slot a batch's copy overwrites was last read by the
-// segment rows of the batch before, which every warp finished before that batch's second barrier (the
-// ring is sized for the results of the batch before still running: back_rows). A third barrier there
-// cost 1 % (bench/RESULTS.md). Batches run
-// without guards from the row on which every column of the block has its first values (found once per
-// pass), the window's reach and the first output row, up to the pass's last whole batch; the others are
-// guarded.
+// Block: 8 warps (CudaEmitOptions::window_scan_warps; `segs` below, each running `seg_rows` rows of a batch)
+// of 32 columns, batches copied ahead by lane 0 of a warp per input (scan_loader(); as many batches as fit,
+// up to kWindowScanMaxAhead: at w = 250, 3 for corr, 4 for cov), each completing on its own mbarrier, which
+// every thread waits for. Per batch two block barriers: the segments' totals are written; their prefixes
+// are written. None is needed before a batch: a warp's segment rows write only its own segment's totals,
+// whose prefixes only it read in the batch before, and the ring slot a batch's copy overwrites was last
+// read by the segment rows of the batch before, which every warp finished before that batch's second
+// barrier (the ring is sized for the results of the batch before still running: back_rows). A third
+// barrier there cost 1 % (bench/RESULTS.md). Batches run without guards from the row on which every column
+// of the block has its first values (found once per pass), the window's reach and the first output row, up
+// to the pass's last whole batch; the others are guarded.
 #include "codegen/cuda_emitter.hpp"
 
 namespace fj::codegen::detail {
@@ -51,11 +50,11 @@ void Emitter::scan_plan() {
     P = ScanPlan{};
     P.segments = o_.window_scan_warps > 0 ? o_.window_scan_warps : kWindowScanWarps;
     P.segment_rows = kB / P.segments;
-    const int kS = P.segments, kR = P.segment_rows;
+    const int segs = P.segments, seg_rows = P.segment_rows;
     const std::size_t n = k_.body.size();
     auto fail = [&](std::string why) { P.why_not = std::move(why); };
-    if (kS < 1 || kS * kR != kB || kR > kM)
-        return fail(fmt::format("{} warps per block: {} rows per batch do not split into segments of at most {} rows", kS, kB, kM));
+    if (segs < 1 || segs * seg_rows != kB || seg_rows > kM)
+        return fail(fmt::format("{} warps per block: {} rows per batch do not split into segments of at most {} rows", segs, kB, kM));
     if (o_.dtype != DType::F32) return fail("float32 panels only (a float64 window would halve the columns per SM)");
     if (o_.strides.empty()) return fail("needs fixed leading dimensions");
     if (!k_.rings.empty()) return fail("the kernel keeps rings");
@@ -230,18 +229,18 @@ void Emitter::scan_plan() {
                                     o_.strides[static_cast<std::size_t>(slot)]));
     P.ring_inputs.assign(ring_set.begin(), ring_set.end());
     if (P.ring_inputs.empty()) return fail("it reads no input rows");
-    P.issuers = std::min(static_cast<int>(P.ring_inputs.size()), kS);
+    P.issuers = std::min(static_cast<int>(P.ring_inputs.size()), segs);
     // Batches copied ahead (each on its own mbarrier, with the batch computed): as many as shared memory
     // holds, up to kWindowScanMaxAhead, unless the options fix it. (Measured on the H200, bench/RESULTS.md:
     // cov w=250 8.40-8.63 ms 4 ahead against 8.67-8.85 ms 2 ahead; corr w=250 12.01-12.03 ms 3 ahead
     // against 12.05-12.17 ms 2 ahead once the copies had no fence before them, 12.49-12.81 against
-    // 12.18-12.58 ms while they had.) The ring holds the rows the batch computed reads and those of the
-    // batches ahead.
+    // 12.18-12.58 ms while they had.) The ring holds the rows the batch computed and the results of the
+    // batch before read (back_rows back from the batch's first row) and those of the batches ahead.
     auto bytes_for = [&](int ahead, int* ring_rows) {
         *ring_rows = (P.back_rows + (ahead + 1) * kB + kB - 1) / kB * kB;
         const std::size_t ring_bytes = static_cast<std::size_t>(*ring_rows + kM) * kC * sizeof(float);
         return P.ring_inputs.size() * ring_bytes +
-               static_cast<std::size_t>(kS + 1) * kC * (P.sums.size() * 8 + P.counters.size() * 4) +
+               static_cast<std::size_t>(segs + 1) * kC * (P.sums.size() * 8 + P.counters.size() * 4) +
                static_cast<std::size_t>(ahead + 1) * 8 +  // the copies' mbarriers
                16;                                         // the block's latest row that sets a first value
     };
@@ -259,12 +258,12 @@ void Emitter::scan_plan() {
 
 // A run counter's count on row u_seg + i is u_seg + i - max(e, m_i) (e: the latest reset before the
 // segment, from the scan; m_i: the latest in the segment up to row i, or kNone). Where the results only
-// compare it with constants C of at least kR rows (corr's "the window is full", "x changed in the window"),
-// count >= C <=> m_i is kNone (a reset in the segment is fewer than kR rows back) and e - u_seg + C <= i:
+// compare it with constants C of at least seg_rows rows (corr's "the window is full", "x changed in the window"),
+// count >= C <=> m_i is kNone (a reset in the segment is fewer than seg_rows rows back) and e - u_seg + C <= i:
 // two integer tests per row, with e - u_seg + C once per segment, instead of a max, a subtraction and a
 // test. Counters with any other use keep their count.
 void Emitter::scan_count_tests() {
-    const int kR = scan_.segment_rows;
+    const int seg_rows = scan_.segment_rows;
     ScanPlan& P = scan_;
     for (const ScanCounter& c : P.counters) {
         std::vector<ScanCountTest> tests;
@@ -284,7 +283,7 @@ void Emitter::scan_count_tests() {
             if (!left) op = op == Prim::CmpGE ? Prim::CmpLE : op == Prim::CmpGT ? Prim::CmpLT : op == Prim::CmpLE ? Prim::CmpGE : Prim::CmpGT;
             const bool negate = op == Prim::CmpLT || op == Prim::CmpLE;  // count < C <=> !(count >= C)
             const int at_least = op == Prim::CmpGE || op == Prim::CmpLT ? C : C + 1;
-            only_tests = at_least >= kR;
+            only_tests = at_least >= seg_rows;
             tests.push_back({static_cast<std::int32_t>(x), c.state, at_least, negate});
         }
         if (!only_tests || tests.empty()) continue;
@@ -316,14 +315,14 @@ void Emitter::scan_predefine(int ind, std::int32_t i, const std::string& expr) {
 // The ring values `phase` reads in the segment's rows, each row once (a row read at two lags, or as a
 // previous value and as this row's, is one load), NaN before the pass in guarded batches.
 void Emitter::scan_segment_loads(int ind, const std::vector<bool>& phase) {
-    const int kR = scan_.segment_rows;
+    const int seg_rows = scan_.segment_rows;
     std::set<std::pair<int, int>> want;  // (input, lag)
     for (std::size_t x = 0; x < k_.body.size(); ++x)
         if (phase[x] && k_.body[x].op == Prim::Input) want.insert({k_.body[x].slot, k_.body[x].lag});
     for (const ScanPrev& p : scan_.prevs) want.insert({p.input, p.lag + 1});
     std::set<std::pair<int, int>> done;  // (input, row offset in the segment)
     for (const auto& [slot, lag] : want)
-        for (int i = 0; i < kR; ++i) {
+        for (int i = 0; i < seg_rows; ++i) {
             const int off = i - lag;
             if (!done.insert({slot, off}).second) continue;
             const std::string name = load_name(slot, off), at = fmt::format("fj_p{}_{}[{}]", slot, lag, i * kC);
@@ -438,20 +437,20 @@ void Emitter::scan_loader(int ind) {
 
 // One batch: the segment's rows, the scan of the segments' totals, the results.
 void Emitter::scan_batch(int ind, bool guarded) {
-    const int kS = scan_.segments, kR = scan_.segment_rows;
+    const int segs = scan_.segments, seg_rows = scan_.segment_rows;
     const ScanPlan& P = scan_;
     const int QS = static_cast<int>(P.sums.size()), QC = static_cast<int>(P.counters.size());
     guarded_ = guarded;
-    line(ind, "const int u_seg = u_batch + seg * {};  // the segment's first row in the pass", kR);
+    line(ind, "const int u_seg = u_batch + seg * {};  // the segment's first row in the pass", seg_rows);
     line(ind, "const long long t = row_begin + u_seg;");
     for (const auto& [slot, lag] : P.reads)
         line(ind, "const float* const fj_p{}_{} = reinterpret_cast<const float*>(reinterpret_cast<const unsigned char*>(fj_ring{}) + fj_o{});",
              slot, lag, slot, lag);
     // Segment rows: sums from 0, counters' latest reset row.
     for (const ScanSum& s : P.sums)
-        for (int i = 0; i < kR; ++i) line(ind, "double fj_l{}_{};", s.state, i);
+        for (int i = 0; i < seg_rows; ++i) line(ind, "double fj_l{}_{};", s.state, i);
     for (const ScanCounter& c : P.counters)
-        for (int i = 0; i < kR; ++i) line(ind, "int fj_m{}_{};", c.state, i);
+        for (int i = 0; i < seg_rows; ++i) line(ind, "int fj_m{}_{};", c.state, i);
     line(ind, "{{");
     const int in = ind + 1;
     // Float64 sums start from -0.0, the identity of addition (0.0 + x is not x for x = -0.0), so that the
@@ -466,7 +465,7 @@ void Emitter::scan_batch(int ind, bool guarded) {
     for (const ScanCounter& c : P.counters)
         line(in, "int fj_m{} = {};  // {}: latest reset", c.state, kNone, comment_safe(k_.states[c.state].what));
     scan_segment_loads(in, P.in_a);
-    for (int i = 0; i < kR; ++i) {
+    for (int i = 0; i < seg_rows; ++i) {
         line(in, "{{  // row u_seg + {}", i);
         scan_prev_values(in + 1, i);
         scan_sticky_values(in + 1, i, guarded, P.in_a);
@@ -484,24 +483,24 @@ void Emitter::scan_batch(int ind, bool guarded) {
     line(ind, "}}");
     line(ind, "FJ_SYNC();  // every segment's totals are written");
     // The exclusive prefix over the segments in place, one quantity per warp; the running total through
-    // the previous batch is row kS (after the segments' rows) of each array.
+    // the previous batch is row segs (after the segments' rows) of each array.
     line(ind, "#pragma unroll 1");
-    line(ind, "for (int q = seg; q < {}; q += {}) {{", QS + QC, kS);
+    line(ind, "for (int q = seg; q < {}; q += {}) {{", QS + QC, segs);
     line(ind + 1, "if (q < {}) {{", QS);
     line(ind + 2, "double* const a = fj_tsum + q * {} + lane;", kC);
-    line(ind + 2, "double run = a[{}];", kS * QS * kC);
+    line(ind + 2, "double run = a[{}];", segs * QS * kC);
     line(ind + 2, "#pragma unroll");
-    line(ind + 2, "for (int k = 0; k < {}; ++k) {{ const double v = a[k * {}]; a[k * {}] = run; run += v; }}", kS, QS * kC,
+    line(ind + 2, "for (int k = 0; k < {}; ++k) {{ const double v = a[k * {}]; a[k * {}] = run; run += v; }}", segs, QS * kC,
          QS * kC);
-    line(ind + 2, "a[{}] = run;", kS * QS * kC);
+    line(ind + 2, "a[{}] = run;", segs * QS * kC);
     if (QC > 0) {
         line(ind + 1, "}} else {{");
         line(ind + 2, "int* const a = fj_tcnt + (q - {}) * {} + lane;", QS, kC);
-        line(ind + 2, "int run = a[{}];", kS * QC * kC);
+        line(ind + 2, "int run = a[{}];", segs * QC * kC);
         line(ind + 2, "#pragma unroll");
-        line(ind + 2, "for (int k = 0; k < {}; ++k) {{ const int v = a[k * {}]; a[k * {}] = run; run = max(run, v); }}", kS,
+        line(ind + 2, "for (int k = 0; k < {}; ++k) {{ const int v = a[k * {}]; a[k * {}] = run; run = max(run, v); }}", segs,
              QC * kC, QC * kC);
-        line(ind + 2, "a[{}] = run;", kS * QC * kC);
+        line(ind + 2, "a[{}] = run;", segs * QC * kC);
     }
     line(ind + 1, "}}");
     line(ind, "}}");
@@ -520,7 +519,7 @@ void Emitter::scan_batch(int ind, bool guarded) {
     for (const ScanCountTest& t : P.count_tests) tested[static_cast<std::size_t>(t.compare)] = true;
     for (std::size_t o = 0; o < k_.outputs.size(); ++o) line(ind, "{}* const out{} = fj_out{};", T_, o, o);
     scan_segment_loads(ind, P.in_c);
-    for (int i = 0; i < kR; ++i) {
+    for (int i = 0; i < seg_rows; ++i) {
         line(ind, "{{  // row u_seg + {}", i);
         scan_prev_values(ind + 1, i);
         scan_sticky_values(ind + 1, i, guarded, P.in_c);
@@ -565,14 +564,14 @@ std::string Emitter::run_scan() {
     scan_plan();
     if (!scan_.ok)
         throw BackendError(fmt::format("CUDA emitter: kernel {} cannot run as a window scan: {}", k_.name, scan_.why_not));
-    const int kS = scan_.segments, kR = scan_.segment_rows;
+    const int segs = scan_.segments, seg_rows = scan_.segment_rows;
     const ScanPlan& P = scan_;
     scan_mode_ = true;
     header();
     line(0, "// Window scan (cuda_scan_emit.cpp): {} columns per block, {} rows per batch in {} segments, rings of {} rows.",
-         kC, kB, kS, P.ring_rows);
+         kC, kB, segs, P.ring_rows);
     // (__grid_constant__: the tensor maps are read where the parameters are, by address.)
-    line(0, "extern \"C\" __global__ void __launch_bounds__({}, 2) {}(const __grid_constant__ fj_params_{} p) {{", kC * kS,
+    line(0, "extern \"C\" __global__ void __launch_bounds__({}, 2) {}(const __grid_constant__ fj_params_{} p) {{", kC * segs,
          name_, name_);
     const int QS = static_cast<int>(P.sums.size()), QC = static_cast<int>(P.counters.size());
     const std::size_t ni = k_.inputs.size(), no = k_.outputs.size();
@@ -588,12 +587,12 @@ std::string Emitter::run_scan() {
         line(1, "const unsigned fj_ring_addr{} = FJ_SHARED_ADDR(fj_ring{});", slot, slot);
     }
     line(1, "double* const fj_tsum = reinterpret_cast<double*>(reinterpret_cast<float*>(fj_smem) + {});  // [{} + 1][{}][{}]",
-         static_cast<int>(P.ring_inputs.size()) * ring_floats, kS, QS, kC);
+         static_cast<int>(P.ring_inputs.size()) * ring_floats, segs, QS, kC);
     line(1, "const unsigned fj_mbar_addr = FJ_SHARED_ADDR(fj_tsum + {});  // [{}] mbarriers, one per batch in flight",
-         (kS + 1) * QS * kC, P.ahead + 1);
-    line(1, "int* const fj_tcnt = reinterpret_cast<int*>(fj_tsum + {});  // [{} + 1][{}][{}]", (kS + 1) * QS * kC + P.ahead + 1,
-         kS, QC, kC);
-    line(1, "int* const fj_ready_at = fj_tcnt + {};", (kS + 1) * QC * kC);
+         (segs + 1) * QS * kC, P.ahead + 1);
+    line(1, "int* const fj_tcnt = reinterpret_cast<int*>(fj_tsum + {});  // [{} + 1][{}][{}]", (segs + 1) * QS * kC + P.ahead + 1,
+         segs, QC, kC);
+    line(1, "int* const fj_ready_at = fj_tcnt + {};", (segs + 1) * QC * kC);
     line(1, "const int lane = threadIdx.x & {}, seg = threadIdx.x >> 5;", kC - 1);
     line(1, "const long long j = (long long)blockIdx.x * {} + lane;", kC);
     line(1, "const bool fj_active = j < p.cols;");
@@ -629,9 +628,9 @@ std::string Emitter::run_scan() {
     }
     line(2, "const int fj_ready = {};", P.stickies.empty() ? "0" : "*fj_ready_at");
     for (int q = 0; q < QS; ++q)
-        line(2, "if (seg == {}) fj_tsum[{} + lane] = {};", q % kS, (kS * QS + q) * kC, lit(k_.states[P.sums[q].state].init));
+        line(2, "if (seg == {}) fj_tsum[{} + lane] = {};", q % segs, (segs * QS + q) * kC, lit(k_.states[P.sums[q].state].init));
     for (int q = 0; q < QC; ++q)
-        line(2, "if (seg == {}) fj_tcnt[{} + lane] = {};", (QS + q) % kS, (kS * QC + q) * kC,
+        line(2, "if (seg == {}) fj_tcnt[{} + lane] = {};", (QS + q) % segs, (segs * QC + q) * kC,
              -static_cast<long long>(k_.states[P.counters[q].state].init) - 1);
     scan_loader(2);
     line(2, "const bool fj_issuer = lane == 0 && seg < {};", P.issuers);
@@ -643,10 +642,10 @@ std::string Emitter::run_scan() {
     std::set<int> lags;
     for (const auto& [slot, lag] : P.reads) lags.insert(lag);
     for (int lag : lags)
-        line(2, "unsigned fj_o{} = (unsigned)(((seg * {} >= {} ? seg * {} - {} : seg * {} + {}) * {} + lane) * 4);", lag, kR, lag,
-             kR, lag, kR, P.ring_rows - lag, kC);
+        line(2, "unsigned fj_o{} = (unsigned)(((seg * {} >= {} ? seg * {} - {} : seg * {} + {}) * {} + lane) * 4);", lag, seg_rows, lag,
+             seg_rows, lag, seg_rows, P.ring_rows - lag, kC);
     for (std::size_t o = 0; o < no; ++o)
-        line(2, "{}* fj_out{} = p.out{} + (row_begin + seg * {}) * ld_out{} + j;", T_, o, o, kR, o);
+        line(2, "{}* fj_out{} = p.out{} + (row_begin + seg * {}) * ld_out{} + j;", T_, o, o, seg_rows, o);
     line(2, "#pragma unroll 1");
     line(2, "for (int b = 0; b < nb; ++b) {{");
     line(3, "const int u_batch = b * {};", kB);
