@@ -32,6 +32,10 @@ int cuda_window_scan_smem(const ir::Kernel& kernel, const CudaEmitOptions& optio
     return Emitter(kernel, options).scan_smem_bytes(why_not);
 }
 
+WindowSplit cuda_window_sum_split(const ir::Kernel& kernel, const CudaEmitOptions& options) {
+    return Emitter(kernel, options).scan_window_split();
+}
+
 std::vector<std::string> cuda_compile_options(const std::string& arch, bool fmad) {
     // No --use_fast_math: IEEE division and square root, denormals kept (compensated sums need them).
     // Warning 177 (a variable never used): the float32 comparisons of inputs can leave an input's

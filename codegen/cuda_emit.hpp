@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "codegen/kernel_ir.hpp"
+#include "codegen/window_terms.hpp"
 #include "runtime/panel.hpp"
 
 namespace fj::codegen {
@@ -145,6 +146,10 @@ inline constexpr int kWindowScanMaxAhead = 4;
 // Dynamic shared memory per block of the window-scan kernel of `kernel` with these options, or 0 when it
 // cannot run as one (why_not, when given, says why).
 int cuda_window_scan_smem(const ir::Kernel& kernel, const CudaEmitOptions& options, std::string* why_not = nullptr);
+// The window sums of a kernel that can be a window scan with these options, split into the terms rows
+// add as they enter and take away w rows later (codegen/window_terms.hpp); not ok, with why_not, when
+// the kernel cannot be a window scan or its sums do not split so.
+WindowSplit cuda_window_sum_split(const ir::Kernel& kernel, const CudaEmitOptions& options);
 
 // Staging costs more shared memory per thread than this: the kernel loads into registers instead. Room
 // for 8 float32 stages of corr's 32 loads (8 rows x 4): about 220 threads per SM, for experiments with

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "codegen/cuda_emit.hpp"
+#include "codegen/window_terms.hpp"
 #include "dsl/error.hpp"
 
 namespace fj::codegen::detail {
@@ -146,6 +147,9 @@ public:
     // Dynamic shared memory per block of the window-scan kernel, or 0 with *why_not set when the kernel
     // cannot run as one.
     int scan_smem_bytes(std::string* why_not);
+    // The window sums of a kernel that can run as a window scan, split into entering and leaving terms
+    // (window_terms.hpp); why_not says why the kernel cannot run as a window scan at all.
+    WindowSplit scan_window_split();
 
 private:
     struct ScanSum { int state; std::int32_t root; };                       // s := s + (row terms)
@@ -177,6 +181,7 @@ private:
         int segments = 0, segment_rows = 0;    // a batch's segments (the block's warps) and their rows
         int issuers = 0;                       // warps whose lane 0 issues the copies (scan_loader())
         int smem_bytes = 0;
+        WindowSplit split;                     // the sums' entering terms, where they leave w rows later
     };
     ScanPlan scan_;
     bool scan_mode_ = false;  // emitting the window-scan kernel: stores also test the lane and row_end

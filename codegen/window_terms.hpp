@@ -1,0 +1,50 @@
+// Window sums split into what a row adds as it enters the window and what it takes away as it leaves.
+//
+// Why: a window sum's update s := s + (terms of row t) - (the same terms of row t - w) lets a kernel that
+// runs rows in batches of R rows, R dividing w, keep each batch's entering sums and subtract them again,
+// whole, w / R batches later, instead of computing every leaving row's terms a second time (the chained
+// window scan of bench/proto/chain_corr.cu, about 20 fewer instructions per row for corr than evaluating
+// both halves). That is only right when the leaving half is the entering half shifted by w rows, which
+// this analysis proves from the kernel IR rather than assuming it of the operators that lowered it.
+#pragma once
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "codegen/kernel_ir.hpp"
+
+namespace fj::codegen {
+
+// sign * a, or sign * a * b when b >= 0 (a product of an Fma); a and b are row values of the IR.
+struct SumTerm {
+    int sign = 1;
+    std::int32_t a = -1, b = -1;
+};
+
+// A window sum: its state and the root its one StoreState stores (a chain of Add / Sub / Fma onto its load).
+struct WindowSum {
+    int state = -1;
+    std::int32_t root = -1;
+};
+
+struct WindowSplit {
+    bool ok = false;
+    std::string why_not;
+    int window = 0;  // w: each leaving term is an entering term of row t - w, negated
+    // Per sum, in the order given: the terms a row adds as it enters (read at lags below w).
+    std::vector<std::vector<SumTerm>> entering;
+};
+
+// Splits every sum's terms into entering ones (every input read less than w rows back) and leaving ones
+// (every input read w or more rows back), and proves each leaving term is an entering one negated and read
+// w rows further back: the same instructions with each Input's and RowInPass's lag raised by w, where the
+// leaving side may also be masked by RowInPass(t - w) (rows before the pass leave nothing: lowering masks
+// them), matched one to one. `row_constants` are instructions that hold one value per column over the
+// rows they are compared across (first values, such as the shift of shifted sums); they match only
+// themselves. A caller relying on the split also needs those values to be the same on row t - w as on
+// row t wherever the terms are not 0 (cuda_scan_emit.cpp guards the batches where they are not yet set).
+WindowSplit split_window_sums(const ir::Kernel& kernel, const std::vector<WindowSum>& sums,
+                              const std::set<std::int32_t>& row_constants);
+
+}  // namespace fj::codegen

@@ -1,0 +1,143 @@
+// The split of window sums into entering and leaving terms (codegen/window_terms.hpp): proved on the
+// kernels lowering makes for the moments of windows, refused where the leaving half is not the entering
+// half w rows back. No GPU or NVRTC needed.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "codegen/cuda_emit.hpp"
+#include "codegen/ir_builder.hpp"
+#include "codegen/plan.hpp"
+#include "codegen/window_terms.hpp"
+#include "dsl/expr.hpp"
+
+namespace {
+
+// The split of the one kernel of `e`, as a float32 window scan specialised on a leading dimension.
+fj::codegen::WindowSplit split_of(const fj::Expr& e) {
+    const fj::codegen::Plan plan = fj::codegen::make_plan({{"o", e}}, fj::DType::F32);
+    REQUIRE(plan.regions.size() == 1);
+    const fj::ir::Kernel& k = plan.regions[0].kernel;
+    fj::codegen::CudaEmitOptions o;
+    o.dtype = fj::DType::F32;
+    o.strides.assign(k.inputs.size() + k.outputs.size(), 50000);
+    o.window_scan = true;
+    return fj::codegen::cuda_window_sum_split(k, o);
+}
+
+}  // namespace
+
+TEST_SUITE("codegen") {
+
+TEST_CASE("the window sums of corr, cov, mean and std leave as they entered, w rows later") {
+    const fj::Expr A = fj::input("A"), B = fj::input("B");
+    for (int w : {20, 128, 250}) {
+        CAPTURE(w);
+        const fj::codegen::WindowSplit corr = split_of(fj::corr(fj::window(A, w), fj::window(B, w)));
+        REQUIRE_MESSAGE(corr.ok, corr.why_not);
+        CHECK(corr.window == w);
+        // Sums of shifted x, y, xy, xx, yy: one entering term each (a value or a product), added.
+        REQUIRE(corr.entering.size() == 5);
+        int products = 0;
+        for (const auto& terms : corr.entering) {
+            REQUIRE(terms.size() == 1);
+            CHECK(terms[0].sign == 1);
+            products += terms[0].b >= 0;
+        }
+        CHECK(products == 3);
+        const fj::codegen::WindowSplit cov = split_of(fj::cov(fj::window(A, w), fj::window(B, w)));
+        REQUIRE_MESSAGE(cov.ok, cov.why_not);
+        CHECK(cov.window == w);
+        CHECK(cov.entering.size() == 3);
+        const fj::codegen::WindowSplit sd = split_of(fj::std(fj::window(A, w)));
+        REQUIRE_MESSAGE(sd.ok, sd.why_not);
+        CHECK(sd.window == w);
+        const fj::codegen::WindowSplit mean = split_of(fj::mean(fj::window(A, w)));
+        REQUIRE_MESSAGE(mean.ok, mean.why_not);
+        CHECK(mean.window == w);
+    }
+}
+
+TEST_CASE("window sums over different windows in one kernel do not split by one window") {
+    const fj::Expr A = fj::input("A"), B = fj::input("B");
+    const fj::codegen::WindowSplit s = split_of(fj::corr(fj::window(A, 250), fj::window(B, 250)) + fj::mean(fj::window(A, 20)));
+    CHECK_FALSE(s.ok);
+    CHECK(s.why_not.find("windows of") != std::string::npos);
+}
+
+TEST_CASE("hand-built sums: what splits and what does not") {
+    using fj::ir::Prim;
+    // s := s + x(t) - x(t - 5) masked before the pass, as lowering writes it.
+    auto kernel = [](auto&& terms) {
+        fj::ir::Kernel k;
+        fj::codegen::IrBuilder b(k);
+        const int s = b.new_state(0, "sum");
+        const auto root = terms(b, b.load(s));
+        b.store(s, root);
+        b.output(0, root);
+        return std::pair{k, fj::codegen::WindowSum{s, root}};
+    };
+    auto split = [](const std::pair<fj::ir::Kernel, fj::codegen::WindowSum>& ks) {
+        return fj::codegen::split_window_sums(ks.first, {ks.second}, {});
+    };
+    auto masked = [](fj::codegen::IrBuilder& b, int slot, int lag) {
+        const auto x = b.input(slot, lag);
+        const auto ok = lag > 0 ? b.land(b.row_in_pass(lag), b.notnan(x)) : b.notnan(x);
+        return b.select(ok, x, b.constant(0));
+    };
+    const auto ok = split(kernel([&](fj::codegen::IrBuilder& b, fj::codegen::V load) {
+        return b.add(load, b.sub(masked(b, 0, 0), masked(b, 0, 5)));
+    }));
+    REQUIRE_MESSAGE(ok.ok, ok.why_not);
+    CHECK(ok.window == 5);
+    REQUIRE(ok.entering.size() == 1);
+    CHECK(ok.entering[0].size() == 1);
+
+    // Products through Fma, the leaving one negated by Neg on either factor, the factors swapped.
+    const auto products = split(kernel([&](fj::codegen::IrBuilder& b, fj::codegen::V load) {
+        const auto x = masked(b, 0, 0), y = masked(b, 1, 0), xl = masked(b, 0, 7), yl = masked(b, 1, 7);
+        const auto in = b.f(Prim::Fma, x, y, load);
+        return b.f(Prim::Fma, yl, b.f(Prim::Neg, xl), in);
+    }));
+    REQUIRE_MESSAGE(products.ok, products.why_not);
+    CHECK(products.window == 7);
+    REQUIRE(products.entering[0].size() == 1);
+    CHECK(products.entering[0][0].b >= 0);
+
+    // The leaving row is another input's: no entering term leaves.
+    const auto other = split(kernel([&](fj::codegen::IrBuilder& b, fj::codegen::V load) {
+        return b.add(load, b.sub(masked(b, 0, 0), masked(b, 1, 5)));
+    }));
+    CHECK_FALSE(other.ok);
+    CHECK(other.why_not.find("no entering term") != std::string::npos);
+
+    // Added twice, taken away once.
+    const auto twice = split(kernel([&](fj::codegen::IrBuilder& b, fj::codegen::V load) {
+        const auto x = masked(b, 0, 0);
+        return b.add(load, b.sub(b.add(x, x), masked(b, 0, 5)));
+    }));
+    CHECK_FALSE(twice.ok);
+    CHECK(twice.why_not.find("never leaves") != std::string::npos);
+
+    // A running total (nothing leaves), and a term that reads the row index.
+    const auto running = split(kernel([&](fj::codegen::IrBuilder& b, fj::codegen::V load) { return b.add(load, masked(b, 0, 0)); }));
+    CHECK_FALSE(running.ok);
+    CHECK(running.why_not.find("no leaving rows") != std::string::npos);
+    const auto indexed = split(kernel([&](fj::codegen::IrBuilder& b, fj::codegen::V load) {
+        return b.add(load, b.sub(b.mul(masked(b, 0, 0), b.row()), masked(b, 0, 5)));
+    }));
+    CHECK_FALSE(indexed.ok);
+    CHECK(indexed.why_not.find("row index") != std::string::npos);
+
+    // A leaving row that is not masked by RowInPass(t - w) is not the entering term w rows back... unless
+    // the entering side's mask is shifted alike: a mask at another lag does not match.
+    const auto wrong_mask = split(kernel([&](fj::codegen::IrBuilder& b, fj::codegen::V load) {
+        const auto xl = b.input(0, 5);
+        const auto leaving = b.select(b.land(b.row_in_pass(4), b.notnan(xl)), xl, b.constant(0));
+        return b.add(load, b.sub(masked(b, 0, 0), leaving));
+    }));
+    CHECK_FALSE(wrong_mask.ok);
+}
+
+}  // TEST_SUITE
