@@ -350,7 +350,8 @@ void apply_setting(const std::map<std::string, std::string>& kv) {
                                                             {"copies", "FJ_CUDA_COPIES"}, {"edges", "FJ_CUDA_EDGES"},
                                                             {"lb", "FJ_CUDA_LAUNCH_BOUNDS"}, {"hints", "FJ_CUDA_CACHE_HINTS"},
                                                             {"warm", "FJ_CUDA_WARM_ROWS"}, {"scan", "FJ_CUDA_WINDOW_SCAN"},
-                                                            {"ahead", "FJ_CUDA_SCAN_AHEAD"}, {"warps", "FJ_CUDA_SCAN_WARPS"}};
+                                                            {"ahead", "FJ_CUDA_SCAN_AHEAD"}, {"warps", "FJ_CUDA_SCAN_WARPS"},
+                                                            {"chain", "FJ_CUDA_SCAN_CHAIN"}};
     for (const auto& [key, var] : vars) {
         auto it = kv.find(key);
         setenv_or_unset(var, it == kv.end() ? std::string() : it->second);

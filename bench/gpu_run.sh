@@ -84,6 +84,14 @@ if [ $TESTS = 1 ] && [ -x "$BUILD/cuda_tests/fj_cuda_tests" ]; then
   SCAN_SUMMARY="rc=$rc; $(grep -E '^\[doctest\] (test cases|assertions)' "$LOG/tests_scan.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
   echo "== GPU tests, window scans wherever possible: $SCAN_SUMMARY"
   TEST_SUMMARY="$TEST_SUMMARY; window scans: $SCAN_SUMMARY"
+  # And with chained window scans wherever the sums split (FJ_CUDA_SCAN_CHAIN=1).
+  t0=$(date +%s)
+  FJ_CUDA_FIXED_LD=1 FJ_CUDA_WINDOW_SCAN=1 FJ_CUDA_SCAN_CHAIN=1 "$BUILD/cuda_tests/fj_cuda_tests" --no-intro -ts=cuda_gpu > "$LOG/tests_chain.log" 2>&1
+  rc=$?
+  grep -E "ERROR|FAILED" -A6 "$LOG/tests_chain.log" | head -40
+  CHAIN_SUMMARY="rc=$rc; $(grep -E '^\[doctest\] (test cases|assertions)' "$LOG/tests_chain.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
+  echo "== GPU tests, chained window scans wherever possible: $CHAIN_SUMMARY"
+  TEST_SUMMARY="$TEST_SUMMARY; chained window scans: $CHAIN_SUMMARY"
 fi
 
 # CUDA against the CPU backend's results made on the development machine (tests/cross_backend), with the
@@ -91,14 +99,16 @@ fi
 XCHECK_SUMMARY="not run (no .carry/xcheck/cpu)"
 if [ $XCHECK = 1 ] && [ -d .carry/xcheck/cpu ] && [ -x "$BUILD/factorjit" ]; then
   XCHECK_SUMMARY=""
-  for fixed in 0 1 scan; do
+  for fixed in ${FJ_XCHECK_KINDS:-0 1 scan chain}; do
     rm -rf "$BUILD/xcheck_$fixed"
-    scan=0; [ $fixed = scan ] && scan=1
-    FJ_CUDA_FIXED_LD=$([ $fixed = 0 ] && echo 0 || echo 1) FJ_CUDA_WINDOW_SCAN=$scan python3 tests/cross_backend/cross_check.py run .carry/xcheck "$BUILD/xcheck_$fixed" cuda \
+    scan=0; { [ $fixed = scan ] || [ $fixed = chain ]; } && scan=1
+    chain=0; [ $fixed = chain ] && chain=1
+    FJ_CUDA_FIXED_LD=$([ $fixed = 0 ] && echo 0 || echo 1) FJ_CUDA_WINDOW_SCAN=$scan FJ_CUDA_SCAN_CHAIN=$chain python3 tests/cross_backend/cross_check.py run .carry/xcheck "$BUILD/xcheck_$fixed" cuda \
       "$BUILD/factorjit" > "$LOG/xcheck_$fixed.log" 2>&1
     python3 tests/cross_backend/cross_check.py compare "$BUILD/xcheck_$fixed" .carry/xcheck/cpu >> "$LOG/xcheck_$fixed.log" 2>&1
     grep -E "^BAD" "$LOG/xcheck_$fixed.log" | head -10
     label="fixed ld $fixed"; [ $fixed = scan ] && label="fixed ld 1, window scans wherever possible"
+    [ $fixed = chain ] && label="fixed ld 1, chained window scans wherever possible"
     XCHECK_SUMMARY="$XCHECK_SUMMARY [$label: $(tail -1 "$LOG/xcheck_$fixed.log")]"
   done
   echo "== cross-check against the CPU backend:$XCHECK_SUMMARY"

@@ -24,12 +24,19 @@ int cuda_shared_bytes_per_thread(const ir::Kernel& kernel, const CudaEmitOptions
 }
 
 std::string emit_cuda(const ir::Kernel& kernel, const CudaEmitOptions& options) {
+    if (options.window_scan && options.window_scan_chain) return Emitter(kernel, options).run_chain();
     if (options.window_scan) return Emitter(kernel, options).run_scan();
     return Emitter(kernel, options).run();
 }
 
 int cuda_window_scan_smem(const ir::Kernel& kernel, const CudaEmitOptions& options, std::string* why_not) {
+    if (options.window_scan_chain) return Emitter(kernel, options).chain_smem_bytes(why_not);
     return Emitter(kernel, options).scan_smem_bytes(why_not);
+}
+
+int cuda_window_scan_rows(const ir::Kernel& kernel, const CudaEmitOptions& options) {
+    if (!options.window_scan_chain) return kWindowScanBatchRows;
+    return Emitter(kernel, options).chain_rows();
 }
 
 WindowSplit cuda_window_sum_split(const ir::Kernel& kernel, const CudaEmitOptions& options) {

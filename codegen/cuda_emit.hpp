@@ -64,7 +64,7 @@
 namespace fj::codegen {
 
 // Bump whenever the generated code changes for the same IR: it is part of every cache key.
-inline constexpr int kCudaCodegenVersion = 12;
+inline constexpr int kCudaCodegenVersion = 13;
 
 // The longest time tile a launch may use (launch_config caps it): states then live for at most this
 // many rows plus the halo, which bounds counters enough to keep them in 32-bit registers.
@@ -118,6 +118,10 @@ struct CudaEmitOptions {
     // rows, at most kWindowScanMirrorRows); 0 for kWindowScanWarps. More warps hide more latency with
     // fewer registers each (two blocks per SM), at more scan work per row.
     int window_scan_warps = 0;
+    // Window scans: the chained variant (cuda_chain_emit.cpp) instead, where the kernel's window sums
+    // split (cuda_window_sum_split) and a batch length of kWindowScanChainMinRows to kWindowScanBatchRows
+    // rows divides the window; emit_cuda throws for kernels cuda_window_scan_smem() refuses.
+    bool window_scan_chain = false;
 };
 
 // Window-scan kernels (codegen/cuda_scan_emit.cpp) keep a block's 32 columns' whole window in shared
@@ -143,6 +147,15 @@ inline constexpr int kWindowScanMirrorRows = 4;
 inline constexpr int kWindowScanMaxSharedBytes = 113 * 1024;
 // The most batches a window scan copies ahead by default (CudaEmitOptions::window_scan_ahead).
 inline constexpr int kWindowScanMaxAhead = 4;
+// Chained window scans (CudaEmitOptions::window_scan_chain): warps per block (one block per SM), batch rows
+// at least, ring slots beyond those the warps read, and the shared memory a block may take (sm_90).
+inline constexpr int kWindowScanChainWarps = 16;
+inline constexpr int kWindowScanChainMinRows = 16;
+inline constexpr int kWindowScanChainAhead = 2;
+inline constexpr int kWindowScanChainMaxSharedBytes = 227 * 1024;
+// Rows of the tensor copies' box of a window scan (the runtime's tensor maps of each input's batches):
+// kWindowScanBatchRows, or a chained window scan's batch rows.
+int cuda_window_scan_rows(const ir::Kernel& kernel, const CudaEmitOptions& options);
 // Dynamic shared memory per block of the window-scan kernel of `kernel` with these options, or 0 when it
 // cannot run as one (why_not, when given, says why).
 int cuda_window_scan_smem(const ir::Kernel& kernel, const CudaEmitOptions& options, std::string* why_not = nullptr);

@@ -150,6 +150,11 @@ public:
     // The window sums of a kernel that can run as a window scan, split into entering and leaving terms
     // (window_terms.hpp); why_not says why the kernel cannot run as a window scan at all.
     WindowSplit scan_window_split();
+    // The chained window scan's translation unit (throws BackendError when the kernel cannot be one), its
+    // dynamic shared memory per block (0 with *why_not set when it cannot be one) and its batch rows.
+    std::string run_chain();
+    int chain_smem_bytes(std::string* why_not);
+    int chain_rows();
 
 private:
     struct ScanSum { int state; std::int32_t root; };                       // s := s + (row terms)
@@ -184,6 +189,25 @@ private:
         WindowSplit split;                     // the sums' entering terms, where they leave w rows later
     };
     ScanPlan scan_;
+    // The chained window scan (cuda_chain_emit.cpp): a warp runs whole batches of `rows` rows.
+    struct ChainPlan {
+        bool ok = false;
+        std::string why_not;
+        int rows = 0;                // R: rows per batch, dividing the window
+        int group = 0;               // rows per iteration of the batch's row loops (divides R)
+        int window_batches = 0;      // w / R: the batch whose entering sums leave with this one's rows
+        int warps = 0;               // W: batch b runs on warp b % W
+        int ahead = 0;               // ring slots beyond those the warps' batches read
+        std::vector<int> dists;      // batches back the rows a batch reads lie (0 first)
+        int slots = 0;               // NB: ring slots (batches) per input
+        int sum_slots = 0;           // NE: batches whose entering sums are kept
+        int smem_bytes = 0;
+    };
+    ChainPlan chain_;
+    void chain_plan();
+    void chain_loads(int ind, const std::vector<bool>& phase, int i);
+    void chain_batch(int ind, bool guarded);
+    void chain_group_begin(int ind);
     bool scan_mode_ = false;  // emitting the window-scan kernel: stores also test the lane and row_end
     void scan_plan();
     void scan_prescan(int ind);

@@ -561,6 +561,8 @@ void Emitter::scan_macros() {
     line(0, "#define FJ_MBAR_INIT_FENCE() asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\")");
     // (An arrival that also raises the phase's expected bytes.)
     line(0, "#define FJ_MBAR_EXPECT(bar, bytes) asm volatile(\"{{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }}\" :: \"r\"(bar), \"r\"(bytes) : \"memory\")");
+    // (A plain arrival: chained window scans hand their sums over and free ring slots with them.)
+    line(0, "#define FJ_MBAR_ARRIVE(bar) asm volatile(\"{{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }}\" :: \"r\"(bar) : \"memory\")");
     line(0, "#define FJ_MBAR_WAIT(bar, parity) while (!fj_mbar_done(bar, parity)) {{}}");
     line(0, "__device__ __forceinline__ bool fj_mbar_done(unsigned bar, unsigned parity) {{");
     line(1, "unsigned done;");

@@ -357,6 +357,27 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         CHECK_FALSE(cu::cuda_emit_options(long_plan.regions[0].kernel, fj::DType::F32, cu::CudaSettings{}, lds, "sm_80").window_scan);
         CHECK(cu::cuda_emit_options(long_plan.regions[0].kernel, fj::DType::F32, cu::CudaSettings{}, lds, "sm_100").window_scan);
         CHECK(scan.source.find("rings of 384 rows") != std::string::npos);
+        // FJ_CUDA_SCAN_CHAIN=1: the chained window scan where the sums split (cuda_chain_emit.cpp): one block
+        // of 16 warps per SM, batches of 25 rows (250 = 10 x 25) in rings of 10 + 16 + 2 batches per input
+        // after 4 mirrored rows, the entering sums of 27 batches, two hand-over slots, 72 mbarriers and the
+        // ready row; it compiles, within 128 registers. cov's 3 sums and 1 counter the same way.
+        cu::CudaSettings chained;
+        chained.scan_chain = 1;
+        const auto chain = specialised(long_plan, chained);
+        CHECK(chain.emitted.window_scan_chain);
+        CHECK(chain.source.find("__launch_bounds__(512, 1)") != std::string::npos);
+        CHECK(chain.block_smem == 2 * (28 * 25 + 4) * 32 * 4 + 27 * 5 * 32 * 8 + 2 * 32 * (5 * 8 + 3 * 4) + (2 * 28 + 16) * 8 + 16);
+        CHECK(chain.registers > 0);
+        CHECK(chain.registers <= 128);
+        CHECK(chain.key != scan.key);
+        CHECK(chain.key.find("chain=1") != std::string::npos);
+        const auto cov_chain = specialised(cov_plan, chained);
+        CHECK(cov_chain.emitted.window_scan_chain);
+        CHECK(cov_chain.block_smem == 2 * (28 * 25 + 4) * 32 * 4 + 27 * 3 * 32 * 8 + 2 * 32 * (3 * 8 + 1 * 4) + (2 * 28 + 16) * 8 + 16);
+        // A window no batch of 16 to 32 rows divides keeps the window scan.
+        const auto odd = specialised(fj::codegen::make_plan({{"o", fj::corr(fj::window(A, 251), fj::window(B, 251))}}), chained);
+        CHECK(odd.emitted.window_scan);
+        CHECK_FALSE(odd.emitted.window_scan_chain);
         CHECK(scan.key != long_window.key);
         // With one long-window input the column scan stays (it measured faster: kWindowScanMinInputs), and
         // so it does for short windows; FJ_CUDA_WINDOW_SCAN=1 asks for a window scan wherever one can be.
@@ -455,9 +476,10 @@ TEST_CASE("arch parsing") {
 }
 
 TEST_CASE("window-scan settings from the environment, with clear errors") {
-    auto with = [](const char* ahead, const char* warps) {
+    auto with = [](const char* ahead, const char* warps, const char* chain = nullptr) {
         if (ahead) ::setenv("FJ_CUDA_SCAN_AHEAD", ahead, 1);
         if (warps) ::setenv("FJ_CUDA_SCAN_WARPS", warps, 1);
+        if (chain) ::setenv("FJ_CUDA_SCAN_CHAIN", chain, 1);
         std::string error;
         cu::CudaSettings s;
         try {
@@ -467,6 +489,7 @@ TEST_CASE("window-scan settings from the environment, with clear errors") {
         }
         ::unsetenv("FJ_CUDA_SCAN_AHEAD");
         ::unsetenv("FJ_CUDA_SCAN_WARPS");
+        ::unsetenv("FJ_CUDA_SCAN_CHAIN");
         return std::pair{s, error};
     };
     const auto [defaults, none] = with(nullptr, nullptr);
@@ -480,6 +503,9 @@ TEST_CASE("window-scan settings from the environment, with clear errors") {
     CHECK(with(nullptr, "12").second.find("FJ_CUDA_SCAN_WARPS=12 is not 8 or 16") != std::string::npos);
     CHECK(with("9", nullptr).second.find("FJ_CUDA_SCAN_AHEAD=9") != std::string::npos);
     CHECK(with("two", nullptr).second.find("not an integer") != std::string::npos);
+    CHECK(defaults.scan_chain == 0);
+    CHECK(with(nullptr, nullptr, "1").first.scan_chain == 1);
+    CHECK(with(nullptr, nullptr, "2").second.find("FJ_CUDA_SCAN_CHAIN") != std::string::npos);
 }
 
 TEST_CASE("launch configuration") {

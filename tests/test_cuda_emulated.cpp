@@ -79,12 +79,12 @@ static inline int atomicMax(int* a, int v) {
 // within 20 s (a phase announced wrongly or never) sets fj_tx_errors and returns.
 struct fj_mbar_model { int count = 0, arrived = 0; long long tx = 0; unsigned phase = 0; };
 static std::mutex fj_mbar_mutex;
-static fj_mbar_model fj_mbars[64];
+static fj_mbar_model fj_mbars[1024];
 static std::atomic<int> fj_tx_bad{0};
 extern "C" int fj_tx_errors() { return fj_tx_bad.load(); }
 static inline fj_mbar_model& fj_mbar(unsigned bar) {
     if (bar % 8 != 0) fj_tx_bad = 1;
-    return fj_mbars[(bar / 8) % 64];
+    return fj_mbars[(bar / 8) % 1024];
 }
 static inline void fj_mbar_settle(fj_mbar_model& m) {
     if (m.arrived == m.count && m.tx == 0) { m.arrived = 0; ++m.phase; }
@@ -98,6 +98,14 @@ static inline void fj_mbar_expect(unsigned bar, unsigned bytes) {
     if (m.arrived > m.count) fj_tx_bad = 1;
     fj_mbar_settle(m);
 }
+static inline void fj_mbar_arrive(unsigned bar) {
+    std::lock_guard<std::mutex> g(fj_mbar_mutex);
+    fj_mbar_model& m = fj_mbar(bar);
+    ++m.arrived;
+    if (m.arrived > m.count) fj_tx_bad = 1;
+    fj_mbar_settle(m);
+}
+static inline void __syncwarp() {}  // (chained window scans: only a hint to the compiler there)
 // A tensor map here: {panel, ld, rows, cols, box rows} (the runner fills them; kWindowScanColumns columns).
 struct alignas(128) fj_tmap { unsigned long long w[16]; };
 static inline void fj_tma(unsigned dst, unsigned long long map, int x, int y, unsigned bar) {
@@ -130,6 +138,7 @@ static inline void fj_mbar_wait(unsigned bar, unsigned parity) {
 #define FJ_MBAR_INIT(bar, n) fj_mbar_init(bar, n)
 #define FJ_MBAR_INIT_FENCE() ((void)0)
 #define FJ_MBAR_EXPECT(bar, bytes) fj_mbar_expect(bar, bytes)
+#define FJ_MBAR_ARRIVE(bar) fj_mbar_arrive(bar)
 #define FJ_MBAR_WAIT(bar, parity) fj_mbar_wait(bar, parity)
 #define FJ_SHARED_ADDR(p) ((unsigned)(reinterpret_cast<const unsigned char*>(p) - fj_smem))
 // The hardware estimate (relative error below 2^-22) as a float32 rounding of the exact value, so that the
@@ -157,11 +166,14 @@ class Emulated {
 public:
     // ld_in/ld_out > 0: kernels specialised on those leading dimensions (CudaEmitOptions::strides).
     // window_scan: window-scan kernels (CudaEmitOptions::window_scan), run with a thread per CUDA thread,
-    // scan_ahead batches copied ahead, scan_warps warps per block (0: the defaults).
+    // scan_ahead batches copied ahead, scan_warps warps per block (0: the defaults); chain: chained window
+    // scans (CudaEmitOptions::window_scan_chain).
     Emulated(const std::vector<const fj::ir::Kernel*>& kernels, fj::DType dtype, const std::string& dir,
              const std::string& cxx, long long ld_in = 0, long long ld_out = 0, bool window_scan = false,
-             int scan_ahead = 0, int scan_warps = 0)
-        : window_scan_(window_scan), scan_warps_(scan_warps > 0 ? scan_warps : fj::codegen::kWindowScanWarps) {
+             int scan_ahead = 0, int scan_warps = 0, bool chain = false)
+        : window_scan_(window_scan),
+          scan_warps_(chain ? fj::codegen::kWindowScanChainWarps : scan_warps > 0 ? scan_warps : fj::codegen::kWindowScanWarps),
+          chain_(chain) {
         std::string src = kShim;
         for (std::size_t i = 0; i < kernels.size(); ++i) {
             fj::ir::Kernel k = *kernels[i];
@@ -183,6 +195,8 @@ public:
             o.window_scan = window_scan;
             o.window_scan_ahead = scan_ahead;
             o.window_scan_warps = scan_warps;
+            o.window_scan_chain = chain;
+            box_rows_.push_back(window_scan ? fj::codegen::cuda_window_scan_rows(k, o) : 0);
             src += "#undef FJ_NAN\n" + fj::codegen::emit_cuda(k, o);
             if (window_scan) {
                 src += "extern \"C\" void run_" + k.name + "(const void* w, unsigned gx, unsigned gy, unsigned block) {\n"
@@ -201,7 +215,7 @@ public:
                    "    " + k.name + "(*static_cast<const fj_params_" + k.name + "*>(w));\n  }\n}\n";
         }
         const std::string stem = dir + "/emulated_" + std::string(fj::dtype_name(dtype)) + (ld_in > 0 ? "_fixed" : "") +
-                                 (window_scan ? "_scan" + std::to_string(ld_in) : "");
+                                 (window_scan ? "_scan" + std::to_string(ld_in) : "") + (chain ? "_chain" : "");
         std::ofstream(stem + ".cpp") << src;
         const std::string cmd = cxx + " -std=c++20 -O1 -shared -fPIC -pthread -w -o " + stem + ".so " + stem + ".cpp > " +
                                 stem + ".log 2>&1";
@@ -232,7 +246,7 @@ public:
         li.halo = k.halo;
         li.block = window_scan_ ? 32 * scan_warps_ : 32;
         li.cols_per_block = window_scan_ ? fj::codegen::kWindowScanColumns : 0;
-        li.blocks_per_sm = window_scan_ ? 2 : 1;
+        li.blocks_per_sm = window_scan_ && !chain_ ? 2 : 1;
         li.sm_count = 2;
         if (window_scan_) li.max_grid_y = 2;  // (a thread per CUDA thread: blocks run more tiles each instead)
         li.tile_rows = tile_rows;
@@ -246,7 +260,7 @@ public:
         if (window_scan_) {  // the tensor maps as the shim reads them (the runtime: append_tensor_maps)
             while (w.size() % 16) w.push_back(0);
             for (const auto& n : k.inputs)
-                for (int box_rows : {fj::codegen::kWindowScanBatchRows, fj::codegen::kWindowScanMirrorRows}) {
+                for (int box_rows : {box_rows_[i], fj::codegen::kWindowScanMirrorRows}) {
                     const fj::Panel& p = in.at(n);
                     const std::size_t at = w.size();
                     w.resize(at + 16, 0);
@@ -273,6 +287,8 @@ public:
 private:
     bool window_scan_ = false;
     int scan_warps_ = 0;
+    bool chain_ = false;
+    std::vector<int> box_rows_;  // per kernel: its tensor copies' rows
     void* so_ = nullptr;
     std::string error_;
 };
@@ -423,8 +439,8 @@ TEST_CASE("window-scan kernels, run on the host, match the reference") {
         CHECK(fj::codegen::emit_cuda(corr.regions[0].kernel, o).find("const int fj_b") != std::string::npos);
         const fj::codegen::Plan short_corr = fj::codegen::make_plan({{"c", fj::corr(window(A, 3), window(B, 3))}}, dtype);
         const std::string short_src = fj::codegen::emit_cuda(short_corr.regions[0].kernel, o);
-        CHECK(short_src.find("max(fj_e") != std::string::npos);
-        CHECK(short_src.find("const int fj_b") == std::string::npos);
+        CHECK(short_src.find("_19 = fj_e") != std::string::npos);
+        CHECK(short_src.find("- max(fj_e") == std::string::npos);
     }
     // With one batch copied ahead (the smallest rings) and 16 warps of 2-row segments, and with the
     // defaults (as many batches ahead as fit, 4 here; 8 warps of 4 rows).
@@ -469,6 +485,97 @@ TEST_CASE("window-scan kernels, run on the host, match the reference") {
                 check_outputs(plan, roots, refs, data, ds.rows, ds.cols, dtype, ld, ld,
                               [&](const auto& ip, const auto& op) { emu.run(q, plan.regions[0].kernel, ip, op, tile); });
             }
+        }
+    }
+}
+
+TEST_CASE("chained window-scan kernels, run on the host, match the reference") {
+    std::string cxx, dir;
+    if (!emulation_ready(&cxx, &dir)) return;
+    using fj::window;
+    const fj::Expr A = fj::input("A"), B = fj::input("B");
+    // Windows that batches of 16 to 32 rows divide (R = 20, 32, 24, 17, 25, 32, 20, 20), minimum periods, fused
+    // outputs over one window, and one window that only the plain window scan takes (45: no such batch).
+    std::vector<std::pair<std::string, fj::Expr>> cases = {
+        {"corr40", fj::corr(window(A, 40), window(B, 40))},
+        {"cov64", fj::cov(window(A, 64, 10), window(B, 64, 30))},
+        {"std48", fj::std(window(A, 48))},
+        {"var17", fj::var(window(B, 17))},
+        {"mean50", fj::mean(window(B, 50))},
+        {"corr32", fj::corr(window(A, 32), window(B, 32))},
+        {"sum20", fj::sum(window(A, 20))},
+        // Batches of 20 rows: "x changed in the window" is tested against 19 rows, fewer than a batch (see
+        // below).
+        {"corr20", fj::corr(window(A, 20), window(B, 20))},
+    };
+    std::vector<std::pair<std::string, fj::Expr>> fused = {{"corr40", fj::corr(window(A, 40), window(B, 40))},
+                                                           {"std40", fj::std(window(B, 40))}};
+    fj::test::Dataset ds = fj::test::dataset("price, messy", 300, 44, fj::test::messy(fj::test::Flavour::Price), 23);
+    for (std::int64_t r = 0; r < 70; ++r) ds.inputs.at("A")[static_cast<std::size_t>(r * ds.cols + 3)] = std::nan("");
+    for (std::int64_t r = 100; r < 160; ++r) ds.inputs.at("A")[static_cast<std::size_t>(r * ds.cols + 9)] = 101.25;  // constant
+    const fj::DType dtype = fj::DType::F32;
+    std::vector<std::vector<std::pair<std::string, fj::Expr>>> programs;
+    for (const auto& c : cases) programs.push_back({c});
+    programs.push_back(fused);
+    std::vector<fj::codegen::Plan> plans;
+    for (const auto& p : programs) plans.push_back(fj::codegen::make_plan(p, dtype));
+    const long long ld = 48;
+    std::vector<const fj::ir::Kernel*> kernels;
+    std::vector<std::size_t> index;
+    for (std::size_t pi = 0; pi < plans.size(); ++pi) {
+        REQUIRE(plans[pi].regions.size() == 1);
+        const fj::ir::Kernel& k = plans[pi].regions[0].kernel;
+        fj::codegen::CudaEmitOptions o;
+        o.dtype = dtype;
+        o.strides.assign(k.inputs.size() + k.outputs.size(), ld);
+        o.window_scan_chain = true;
+        std::string why;
+        CHECK_MESSAGE(fj::codegen::cuda_window_scan_smem(k, o, &why) > 0, pi << ": " << why);
+        kernels.push_back(&k);
+        index.push_back(pi);
+    }
+    {
+        const fj::codegen::Plan odd = fj::codegen::make_plan({{"c", fj::corr(window(A, 45), window(B, 45))}}, dtype);
+        fj::codegen::CudaEmitOptions o;
+        o.dtype = dtype;
+        o.strides = {ld, ld, ld};
+        o.window_scan_chain = true;
+        std::string why;
+        CHECK(fj::codegen::cuda_window_scan_smem(odd.regions[0].kernel, o, &why) == 0);
+        CHECK(why.find("divides the window of 45 rows") != std::string::npos);
+        o.window_scan_chain = false;
+        CHECK(fj::codegen::cuda_window_scan_smem(odd.regions[0].kernel, o) > 0);
+        // Run counters compared with constants are tested against the row from which their count reaches
+        // the constant (kept per row group), for constants shorter than a batch too: corr w=250 (batches of
+        // 25) tests "the window is full" (250) and "x changed" (249) so, and corr w=20 (batches of 20) 20 and
+        // 19. (Float32 data within the contract cannot tell a wrong "x changed": a constant window's float64
+        // sums are exact, so its variance is 0 too; see the README's accuracy notes.)
+        o.window_scan_chain = true;
+        o.window_scan = true;
+        const fj::codegen::Plan corr250 = fj::codegen::make_plan({{"c", fj::corr(window(A, 250), window(B, 250))}}, dtype);
+        const std::string long_src = fj::codegen::emit_cuda(corr250.regions[0].kernel, o);
+        CHECK(long_src.find("_249 = fj_e") != std::string::npos);
+        CHECK(long_src.find("- max(fj_e") == std::string::npos);
+        CHECK(long_src.find("Chained window scan") != std::string::npos);
+        CHECK(fj::codegen::cuda_window_scan_rows(corr250.regions[0].kernel, o) == 25);
+        const std::string short_src = fj::codegen::emit_cuda(plans[7].regions[0].kernel, o);  // corr20
+        CHECK(short_src.find("_19 = fj_e") != std::string::npos);
+        CHECK(short_src.find("- max(fj_e") == std::string::npos);
+    }
+    Emulated emu(kernels, dtype, dir, cxx, ld, ld, true, 0, 0, true);
+    REQUIRE_MESSAGE(emu.error().empty(), emu.error());
+    const fj::test::Inputs data = fj::test::as_dtype(ds.inputs, dtype);
+    for (std::int64_t tile : {0, 45, 130}) {
+        CAPTURE(tile);
+        for (std::size_t q = 0; q < kernels.size(); ++q) {
+            const std::size_t pi = index[q];
+            CAPTURE(pi);
+            const fj::codegen::Plan& plan = plans[pi];
+            std::vector<fj::Expr> roots;
+            for (const auto& [name, e] : programs[pi]) roots.push_back(e);
+            const auto refs = fj::test::reference(roots, data, ds.rows, ds.cols);
+            check_outputs(plan, roots, refs, data, ds.rows, ds.cols, dtype, ld, ld,
+                          [&](const auto& ip, const auto& op) { emu.run(q, plan.regions[0].kernel, ip, op, tile); });
         }
     }
 }

@@ -64,6 +64,7 @@ CudaSettings CudaSettings::from_env() {
     s.window_scan = env_int("FJ_CUDA_WINDOW_SCAN", -1, -1, 1);
     s.scan_ahead = env_int("FJ_CUDA_SCAN_AHEAD", 0, 0, 8);
     s.scan_warps = env_int("FJ_CUDA_SCAN_WARPS", 0, 0, 16);
+    s.scan_chain = env_int("FJ_CUDA_SCAN_CHAIN", s.scan_chain, 0, 1);
     if (s.scan_warps != 0 && s.scan_warps != 8 && s.scan_warps != 16)
         throw Error(fmt::format("FJ_CUDA_SCAN_WARPS={} is not 8 or 16", s.scan_warps));
     if (s.launch_bounds % 32) throw Error(fmt::format("FJ_CUDA_LAUNCH_BOUNDS={} is not a multiple of 32", s.launch_bounds));
@@ -94,10 +95,11 @@ std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::st
                        n.version, opts, settings.unroll, settings.reg_ring_max,
                        settings.big_body_shapes ? " bigbodyshapes" : "") +
            (strides.empty() ? std::string()
-                            : fmt::format(" ld=[{}] l2pf={} stages={} copies={} edges={} lb={} hints={} warm={} scan={} ahead={} warps={}",
+                            : fmt::format(" ld=[{}] l2pf={} stages={} copies={} edges={} lb={} hints={} warm={} scan={} ahead={} warps={} chain={}",
                                           fmt::join(strides, ","), settings.l2_prefetch, settings.stages,
                                           settings.copies, settings.batched_edges, settings.launch_bounds,
-                                          settings.cache_hints, settings.warm_rows, settings.window_scan, settings.scan_ahead, settings.scan_warps));
+                                          settings.cache_hints, settings.warm_rows, settings.window_scan, settings.scan_ahead, settings.scan_warps,
+                                          settings.scan_chain));
 }
 
 int long_window_inputs(const ir::Kernel& kernel) {
@@ -133,6 +135,14 @@ codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype
         scan.window_scan = true;
         scan.window_scan_ahead = settings.scan_ahead;
         scan.window_scan_warps = settings.scan_warps;
+        if (settings.scan_chain == 1) {  // the chained variant where the kernel's sums split
+            codegen::CudaEmitOptions chain = scan;
+            chain.window_scan_chain = true;
+            if (const int bytes = codegen::cuda_window_scan_smem(kernel, chain); bytes > 0) {
+                if (block_smem) *block_smem = bytes;
+                return chain;
+            }
+        }
         if (const int bytes = codegen::cuda_window_scan_smem(kernel, scan); bytes > 0) {
             if (block_smem) *block_smem = bytes;
             return scan;
@@ -237,6 +247,7 @@ struct LoadedKernel {
     int smem_per_thread = 0;  // dynamic shared memory the kernel uses per thread (staged loads)
     int block_smem = 0;       // window-scan kernels: dynamic shared memory per block (blocks of their
                               // __launch_bounds__ threads owning codegen::kWindowScanColumns columns)
+    int box_rows = 0;         // window-scan kernels: rows of their tensor copies (codegen::cuda_window_scan_rows)
 };
 
 // Where a kernel argument's panel comes from in a run: the program's inputs or outputs, or an
@@ -378,7 +389,7 @@ private:
         return tmp_views_[static_cast<std::size_t>(r.index)];
     }
     void update_shapes(std::int64_t rows, std::int64_t cols);
-    void append_tensor_maps(const KernelInfo& k, std::int64_t rows, std::int64_t cols);
+    void append_tensor_maps(const KernelInfo& k, std::int64_t rows, std::int64_t cols, int box_rows);
 
     const Device& dev_;
     DType dtype_;
@@ -528,7 +539,7 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
         words_.push_back(static_cast<std::uint64_t>(cols));
         words_.push_back(static_cast<std::uint64_t>(s.tile_rows));
         words_.push_back(static_cast<std::uint64_t>(s.ntiles));
-        if (run_kernels_[i]->block_smem > 0) append_tensor_maps(k, rows, cols);
+        if (run_kernels_[i]->block_smem > 0) append_tensor_maps(k, rows, cols, run_kernels_[i]->box_rows);
         void* params[] = {words_.data()};
         FJ_CU(cuLaunchKernel, shape_fn_[i], static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.grid_y), 1u,
               static_cast<unsigned>(s.block), 1u, 1u, static_cast<unsigned>(shape_smem_[i]), stream_, params, nullptr);
@@ -540,7 +551,7 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
 
 // A window scan's tensor maps, after the words at the next 128 bytes: per input, boxes of a batch and of the
 // ring's mirror rows (codegen/cuda_emit.hpp).
-void CudaExecutable::append_tensor_maps(const KernelInfo& k, std::int64_t rows, std::int64_t cols) {
+void CudaExecutable::append_tensor_maps(const KernelInfo& k, std::int64_t rows, std::int64_t cols, int box_rows) {
     constexpr std::size_t kMapWords = 16;
     while (words_.size() % kMapWords) words_.push_back(0);
     for (const ArgRef& r : k.in_refs) {
@@ -548,8 +559,8 @@ void CudaExecutable::append_tensor_maps(const KernelInfo& k, std::int64_t rows, 
         const std::uint64_t dims[2] = {static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(rows)};
         const std::uint64_t strides[1] = {static_cast<std::uint64_t>(v.ld) * 4};
         const unsigned element_strides[2] = {1, 1};
-        for (int box_rows : {codegen::kWindowScanBatchRows, codegen::kWindowScanMirrorRows}) {
-            const unsigned box[2] = {static_cast<unsigned>(codegen::kWindowScanColumns), static_cast<unsigned>(box_rows)};
+        for (int rows_of_box : {box_rows, codegen::kWindowScanMirrorRows}) {
+            const unsigned box[2] = {static_cast<unsigned>(codegen::kWindowScanColumns), static_cast<unsigned>(rows_of_box)};
             const std::size_t at = words_.size();
             words_.resize(at + kMapWords);
             FJ_CU(cuTensorMapEncodeTiled, &words_[at], CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2u, reinterpret_cast<void*>(v.ptr),
@@ -605,7 +616,7 @@ public:
 
 private:
     std::shared_ptr<const LoadedKernel> load(const std::string& key, const CacheEntry& e, int smem_per_thread = 0,
-                                             int block_smem = 0);
+                                             int block_smem = 0, int box_rows = 0);
 
     const Device& dev_;
     NvrtcTarget target_;
@@ -614,12 +625,13 @@ private:
 };
 
 std::shared_ptr<const LoadedKernel> CudaBackend::load(const std::string& key, const CacheEntry& e, int smem_per_thread,
-                                                      int block_smem) {
+                                                      int block_smem, int box_rows) {
     auto lk = std::make_shared<LoadedKernel>();
     lk->key = key;
     lk->function = e.function;
     lk->smem_per_thread = smem_per_thread;
     lk->block_smem = block_smem;
+    lk->box_rows = box_rows;
     FJ_CU(cuModuleLoadData, &lk->module, e.image.data());
     try {
         FJ_CU(cuModuleGetFunction, &lk->fn, lk->module, e.function.c_str());
@@ -742,7 +754,9 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
         std::lock_guard<std::mutex> lock(mutex_);
         auto it = loaded_.find(key);
         if (it == loaded_.end()) {
-            it = loaded_.emplace(key, load(key, *r.entry, codegen::cuda_shared_bytes_per_thread(k, eo), block_smem)).first;
+            it = loaded_.emplace(key, load(key, *r.entry, codegen::cuda_shared_bytes_per_thread(k, eo), block_smem,
+                                           block_smem > 0 ? codegen::cuda_window_scan_rows(k, eo) : 0))
+                     .first;
         }
         return it->second;
     };

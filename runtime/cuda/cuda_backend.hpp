@@ -26,6 +26,10 @@
 //   FJ_CUDA_WINDOW_SCAN 1: kernels specialised on leading dimensions are window-scan kernels wherever
 //                       they can be (codegen/cuda_emit.hpp), 0: never; default: those reading
 //                       kWindowScanMinInputs or more inputs kWindowScanMinLag or more rows back
+//   FJ_CUDA_SCAN_AHEAD, FJ_CUDA_SCAN_WARPS  window scans' batches copied ahead and warps per block
+//   FJ_CUDA_SCAN_CHAIN  1: window scans are chained window scans where their sums split and a batch of
+//                       16-32 rows divides the window (codegen/cuda_chain_emit.cpp; default 0: not yet
+//                       faster than the window scan for corr as generated, see bench/RESULTS.md)
 //   FJ_CUDA_BIG_BODY_SHAPES  1: big fused kernels get the shapes ptxas miscompiled (diagnosis)
 //   FJ_NVRTC_OPTIONS    extra NVRTC options, space-separated (e.g. "-Xptxas -O1"; diagnosis)
 //   FJ_CUDA_SMEM        unused dynamic shared memory per block, in bytes (default 0): caps the blocks
@@ -108,6 +112,7 @@ struct CudaSettings {
     int window_scan = -1;                 // FJ_CUDA_WINDOW_SCAN: 1 wherever possible, 0 never, -1 by long_window_inputs()
     int scan_ahead = 0;                   // FJ_CUDA_SCAN_AHEAD: window scans' batches copied ahead (0: as many as fit)
     int scan_warps = 0;                   // FJ_CUDA_SCAN_WARPS: window scans' warps per block, 8 or 16 (0: 8)
+    int scan_chain = 0;                   // FJ_CUDA_SCAN_CHAIN: 1: chained window scans where sums split
     std::vector<std::string> extra_options;  // FJ_NVRTC_OPTIONS, appended to NVRTC's (part of the cache key)
     static CudaSettings from_env();
 };

@@ -1,0 +1,378 @@
+// The chained window scan: kernel IR -> CUDA C++ for long windows whose sums split (see cuda_emit.hpp,
+// CudaEmitOptions::window_scan_chain; the design of bench/proto/chain_corr.cu, measured there).
+//
+// Why: the window scan (cuda_scan_emit.cpp) runs a batch's 32 rows as 8 segments on 8 warps and combines
+// them with two block barriers per batch; on the H200 14 % of its warps' time went to those barriers and
+// it evaluates every row's leaving terms for the segments' sums. Here warp q of the block's W runs whole
+// batches of R rows (batch b on warp b % W), one row after the other, from the window sums through the
+// batch before, which the warp running that batch hands over:
+//   A  the batch's entering terms (window_terms.hpp: the leaving terms are the same terms w rows back,
+//      negated) summed, kept by batch in shared memory, and its run counters' latest reset row;
+//   K  the sums through the batch before (from warp b - 1 % W through mbarrier b - 1 % W), plus the batch's
+//      entering sums, minus those of the batch w / R before (R divides w: its rows are the ones leaving),
+//      handed on to the next batch's warp; counters by max;
+//   C  the batch's rows from the sums through the batch before, each row's whole update (entering and
+//      leaving terms) and its results, as the column scan would.
+// No block barrier: a warp waits only for the sums it needs after its own A. W mbarriers, one per warp,
+// because a parity wait cannot tell a phase from the one two later: a warp waiting for batch b - 1's sums
+// is at most one phase ahead of mbarrier (b - 1) % W, as it needed batch b - 1 - W's sums for its own last
+// batch. Rows arrive by tensor copies of R rows into a ring of `slots` batches per input, the ring's first
+// slot preceded by a copy of the last slot's last kWindowScanMirrorRows rows (so that the rows a batch reads
+// at any lag are contiguous: a lag's rows lie in one slot, or in the end of the slot before and the start of
+// the next); a slot is freed when every batch reading it has arrived on its mbarrier (all lanes), and
+// refilled by the batch that reads it from furthest back. A batch's rows run in loops of `group` rows (a
+// divisor of R): straight-line code for all R rows was slower (see kChainGroupMax). First values (the sums' shift) come from a search before the pass as in the window
+// scan; the entering sums of a batch use the first values of its own rows, which is what the leaving terms
+// w rows later would use wherever the terms are not 0 (lowering's shifted sums mask every row before the
+// value is set). One block of W warps per SM: its rings hold the w rows of the window and W + ahead batches.
+#include "codegen/cuda_emitter.hpp"
+
+namespace fj::codegen::detail {
+
+namespace {
+constexpr int kC = kWindowScanColumns;
+constexpr int kNone = -(1 << 30);  // a run counter's "no reset in this batch"
+// Rows per iteration of a batch's row loops, at most: the straight-line code of a 25-row batch took 128
+// registers, spilled and, at 160 KB of SASS, ran at 15.5 ms where the prototype's 5-row loop ran at 10.8.
+constexpr int kChainGroupMax = 6;
+}  // namespace
+
+void Emitter::chain_plan() {
+    scan_plan();
+    const ScanPlan& P = scan_;
+    ChainPlan& H = chain_;
+    H = ChainPlan{};
+    auto fail = [&](std::string why) { H.why_not = std::move(why); };
+    if (!P.ok) return fail(P.why_not);
+    if (!P.split.ok) return fail("its window sums do not split into entering and leaving terms: " + P.split.why_not);
+    for (std::size_t q = 0; q < P.sums.size(); ++q)  // (integer sums: counts, kept exactly as float64)
+        for (const SumTerm& t : P.split.entering[q])
+            if (t.b >= 0 && (is_int(t.a) || is_int(t.b)))
+                return fail(fmt::format("window sum s{} has an integer product", P.sums[q].state));
+    const int w = P.split.window;
+    for (int r = kWindowScanBatchRows; r >= kWindowScanChainMinRows && H.rows == 0; --r)
+        if (w % r == 0) H.rows = r;
+    if (H.rows == 0)
+        return fail(fmt::format("no batch of {} to {} rows divides the window of {} rows", kWindowScanChainMinRows,
+                                kWindowScanBatchRows, w));
+    const int R = H.rows;
+    H.window_batches = w / R;
+    std::set<int> dists{0};
+    for (const auto& [slot, lag] : P.reads) {  // (previous values' rows included)
+        dists.insert(lag / R);
+        if (lag % R) dists.insert(lag / R + 1);
+    }
+    H.dists.assign(dists.begin(), dists.end());
+    for (const auto& [slot, lag] : P.reads)
+        if (lag % R > kWindowScanMirrorRows)
+            return fail(fmt::format("input {} is read {} rows back: {} rows into the batch before, more than the ring's {} mirrored rows",
+                                    slot, lag, lag % R, kWindowScanMirrorRows));
+    H.group = 1;  // rows per iteration of the batch's row loops: the largest divisor of R up to kChainGroupMax
+    for (int g = kChainGroupMax; g >= 1 && H.group == 1; --g)
+        if (R % g == 0) H.group = g;
+    H.warps = kWindowScanChainWarps;
+    H.ahead = kWindowScanChainAhead;
+    H.slots = H.dists.back() + H.warps + H.ahead;
+    H.sum_slots = H.window_batches + H.warps + 1;
+    const std::size_t QS = P.sums.size(), QC = P.counters.size();
+    const std::size_t bytes = P.ring_inputs.size() * (static_cast<std::size_t>(H.slots) * R + kWindowScanMirrorRows) * kC * 4 +
+                              static_cast<std::size_t>(H.sum_slots) * QS * kC * 8 + 2 * kC * (QS * 8 + QC * 4) +
+                              (2 * static_cast<std::size_t>(H.slots) + H.warps) * 8 + 16;
+    if (bytes > static_cast<std::size_t>(kWindowScanChainMaxSharedBytes))
+        return fail(fmt::format("its rings would need {} bytes of shared memory per block (at most {})", bytes,
+                                kWindowScanChainMaxSharedBytes));
+    H.smem_bytes = static_cast<int>(bytes);
+    H.ok = true;
+}
+
+int Emitter::chain_smem_bytes(std::string* why_not) {
+    chain_plan();
+    if (!chain_.ok && why_not) *why_not = chain_.why_not;
+    return chain_.ok ? chain_.smem_bytes : 0;
+}
+
+int Emitter::chain_rows() {
+    chain_plan();
+    return chain_.ok ? chain_.rows : 0;
+}
+
+// The ring values `phase` reads in row i of the row group (u_seg: its first row), each row once: input
+// `slot` at lag L from fj_g<slot>_<L>, the group's row 0 at that lag in the ring (rows a batch reads lie
+// in one slot, or in the end of the slot before and the start of its own: contiguous, with the ring's
+// first slot preceded by a copy of the last's last rows). NaN before the pass in guarded batches.
+void Emitter::chain_loads(int ind, const std::vector<bool>& phase, int i) {
+    std::map<std::pair<int, int>, int> want;  // (input, row offset) -> a lag it is read at
+    for (std::size_t x = 0; x < k_.body.size(); ++x)
+        if (phase[x] && k_.body[x].op == Prim::Input) want.insert({{k_.body[x].slot, i - k_.body[x].lag}, k_.body[x].lag});
+    for (const ScanPrev& p : scan_.prevs) want.insert({{p.input, i - p.lag - 1}, p.lag + 1});
+    for (const auto& [at_row, lag] : want) {
+        const auto [slot, off] = at_row;
+        const std::string name = load_name(slot, off), at = fmt::format("fj_g{}_{}[{}]", slot, lag, i * kC);
+        if (guarded_ && off < 0)
+            line(ind, "const float {} = u_seg >= {} ? {} : __int_as_float(0x7fc00000);", name, -off, at);
+        else
+            line(ind, "const float {} = {};", name, at);
+    }
+}
+
+// The loop over a batch's row groups (H.group rows an iteration): the group's first row and its row
+// pointers at every lag read.
+void Emitter::chain_group_begin(int ind) {
+    const ChainPlan& H = chain_;
+    line(ind, "#pragma unroll 1");
+    line(ind, "for (int fj_grp = 0; fj_grp < {}; fj_grp += {}) {{", H.rows, H.group);
+    line(ind + 1, "const int u_seg = u_batch + fj_grp;  // the row group's first row in the pass");
+    line(ind + 1, "const long long t = row_begin + u_seg;");
+    for (const auto& [slot, lag] : scan_.reads)
+        line(ind + 1, "const float* const fj_g{}_{} = fj_b{}_{} + fj_grp * {};", slot, lag, slot, lag, kC);
+}
+
+// One batch on its warp: A, K, C (see the file's header).
+void Emitter::chain_batch(int ind, bool guarded) {
+    const ScanPlan& P = scan_;
+    const ChainPlan& H = chain_;
+    const int QS = static_cast<int>(P.sums.size()), QC = static_cast<int>(P.counters.size());
+    const std::size_t n = k_.body.size();
+    guarded_ = guarded;
+    // A: what the entering terms and the counters' conditions need.
+    std::vector<bool> in_e(n, false);
+    std::function<void(std::int32_t)> need = [&](std::int32_t i) {
+        const auto u = static_cast<std::size_t>(i);
+        if (in_e[u]) return;
+        in_e[u] = true;
+        if (P.predef[u]) return;  // (first values: defined per row)
+        const Inst& x = k_.body[u];
+        for (std::int32_t o : {x.a, x.b, x.c})
+            if (o >= 0) need(o);
+    };
+    for (const auto& terms : P.split.entering)
+        for (const SumTerm& t : terms) {
+            need(t.a);
+            if (t.b >= 0) need(t.b);
+        }
+    for (const ScanCounter& c : P.counters) need(c.cond);
+    for (const ScanSticky& s : P.stickies) in_e[static_cast<std::size_t>(s.select)] = false;
+    line(ind, "{{  // A: the batch's entering sums and latest resets");
+    int in = ind + 1;
+    for (const ScanSum& s : P.sums) line(in, "double fj_x{} = 0.0;", s.state);
+    for (const ScanCounter& c : P.counters) line(in, "int fj_m{} = {};", c.state, kNone);
+    chain_group_begin(in);
+    ++in;
+    for (int i = 0; i < H.group; ++i) {
+        line(in, "{{  // row u_seg + {}", i);
+        chain_loads(in + 1, in_e, i);
+        scan_prev_values(in + 1, i);
+        scan_sticky_values(in + 1, i, guarded, in_e);
+        for (std::size_t x = 0; x < n; ++x)
+            if (in_e[x]) inst(in + 1, i, x);
+        for (std::size_t q = 0; q < P.sums.size(); ++q)
+            for (const SumTerm& t : P.split.entering[q]) {
+                const int st = P.sums[q].state;
+                if (t.b < 0) line(in + 1, "fj_x{} {}= {}{};", st, t.sign > 0 ? "+" : "-", is_int(t.a) ? "(double)iv" : "v", t.a);
+                else line(in + 1, "fj_x{} = fma({}v{}, v{}, fj_x{});", st, t.sign > 0 ? "" : "-", t.a, t.b, st);
+            }
+        for (const ScanCounter& c : P.counters) line(in + 1, "if (v{}) fj_m{} = u_seg + {};", c.cond, c.state, i);
+        line(in, "}}");
+    }
+    --in;
+    line(in, "}}");
+    for (int q = 0; q < QS; ++q)
+        line(in, "fj_esum[((b % {}) * {} + {}) * {} + lane] = fj_x{};", H.sum_slots, QS, q, kC, P.sums[q].state);
+    // K: the sums through the batch before, then through this one for the next batch's warp.
+    line(in, "if (b > 0) {{");
+    line(in + 1, "FJ_MBAR_WAIT(fj_cbar + 8u * ((b - 1) % {}), ((b - 1) / {}) & 1);  // batch b - 1's sums are there", H.warps,
+         H.warps);
+    for (int q = 0; q < QS; ++q)
+        line(in + 1, "fj_c{} = fj_csum[(((b - 1) & 1) * {} + {}) * {} + lane];", P.sums[q].state, QS, q, kC);
+    for (int q = 0; q < QC; ++q)
+        line(in + 1, "fj_e{} = fj_ccnt[(((b - 1) & 1) * {} + {}) * {} + lane];", P.counters[q].state, QC, q, kC);
+    line(in, "}}");
+    line(in, "const bool fj_leaves = b >= {};  // batch b - {}'s entering rows leave", H.window_batches, H.window_batches);
+    for (int q = 0; q < QS; ++q) {
+        const int st = P.sums[q].state;
+        line(in, "fj_csum[((b & 1) * {} + {}) * {} + lane] = (fj_c{} + fj_x{}) - (fj_leaves ? fj_esum[(((b - {}) % {}) * {} + {}) * {} + lane] : 0.0);",
+             QS, q, kC, st, st, H.window_batches, H.sum_slots, QS, q, kC);
+    }
+    for (int q = 0; q < QC; ++q) {
+        const int st = P.counters[q].state;
+        line(in, "fj_ccnt[((b & 1) * {} + {}) * {} + lane] = max(fj_e{}, fj_m{});", QC, q, kC, st, st);
+    }
+    line(in, "FJ_MBAR_ARRIVE(fj_cbar + 8u * (b % {}));", H.warps);
+    line(ind, "}}");
+    // C: the rows from the sums through the batch before.
+    line(ind, "{{  // C: the batch's rows and results");
+    in = ind + 1;
+    for (const ScanSum& s : P.sums) {
+        const auto st = static_cast<std::size_t>(s.state);
+        const char* ty = int_state_[st] ? (int32_state_[st] ? "int" : "long long") : "double";
+        line(in, "{} s{} = ({})fj_c{};  // {}", ty, s.state, ty, s.state, comment_safe(k_.states[st].what));
+    }
+    // Run counters: a formed count needs the latest reset in the batch so far; a count tested against a
+    // constant C only the row of the group from which the count reaches C (the latest reset + C, relative to
+    // the group's first row): a reset on row i sets it to i + C, each group moves it back by its rows.
+    for (const ScanCounter& c : P.counters)
+        if (!P.tested_counters.count(c.state)) line(in, "int fj_m{} = {};  // latest reset in the batch", c.state, kNone);
+    std::set<std::pair<int, int>> bounds;  // (counter, at_least)
+    for (const ScanCountTest& t : P.count_tests) bounds.insert({t.state, t.at_least});
+    for (const auto& [state, at_least] : bounds)
+        line(in, "int fj_v{}_{} = fj_e{} + {} - u_batch;  // the count reaches {} from this row of the group on", state, at_least,
+             state, at_least, at_least);
+    std::vector<bool> tested(n, false), both(n, false);
+    for (const ScanCountTest& t : P.count_tests) tested[static_cast<std::size_t>(t.compare)] = true;
+    for (std::size_t x = 0; x < n; ++x) both[x] = P.in_a[x] || P.in_c[x];
+    chain_group_begin(in);
+    ++in;
+    for (std::size_t o = 0; o < k_.outputs.size(); ++o) line(in, "{}* const out{} = p.out{} + t * ld_out{} + j;", T_, o, o, o);
+    for (int i = 0; i < H.group; ++i) {
+        line(in, "{{  // row u_seg + {}", i);
+        chain_loads(in + 1, both, i);
+        scan_prev_values(in + 1, i);
+        scan_sticky_values(in + 1, i, guarded, both);
+        for (std::size_t x = 0; x < n; ++x)
+            if (P.in_a[x]) inst(in + 1, i, x);
+        for (const ScanCounter& c : P.counters) {
+            if (P.tested_counters.count(c.state)) continue;
+            line(in + 1, "if (v{}) fj_m{} = u_seg + {};", c.cond, c.state, i);
+            scan_predefine(in + 1, c.select, fmt::format("u_seg + {} - max(fj_e{}, fj_m{})", i, c.state, c.state));
+        }
+        for (const ScanCounter& c : P.counters)
+            for (const auto& [state, at_least] : bounds)
+                if (state == c.state) line(in + 1, "if (v{}) fj_v{}_{} = {};", c.cond, state, at_least, i + at_least);
+        for (const ScanCountTest& t : P.count_tests)
+            line(in + 1, "const bool v{} = {} {} fj_v{}_{};", t.compare, i, t.negate ? "<" : ">=", t.state, t.at_least);
+        for (std::size_t x = 0; x < n; ++x)
+            if (P.in_c[x] && !P.in_a[x] && !tested[x]) inst(in + 1, i, x);
+        line(in, "}}");
+    }
+    for (const auto& [state, at_least] : bounds) line(in, "fj_v{}_{} -= {};", state, at_least, H.group);
+    --in;
+    line(in, "}}");
+    line(ind, "}}");
+    guarded_ = false;
+}
+
+std::string Emitter::run_chain() {
+    chain_plan();
+    if (!chain_.ok)
+        throw BackendError(fmt::format("CUDA emitter: kernel {} cannot run as a chained window scan: {}", k_.name, chain_.why_not));
+    const ScanPlan& P = scan_;
+    const ChainPlan& H = chain_;
+    const int R = H.rows, W = H.warps, NB = H.slots, NE = H.sum_slots;
+    const int QS = static_cast<int>(P.sums.size()), QC = static_cast<int>(P.counters.size());
+    const std::size_t ni = k_.inputs.size(), no = k_.outputs.size();
+    if (o_.strides.size() != ni + no)
+        throw BackendError(fmt::format("CUDA emitter: kernel {}: {} fixed strides for {} panels", k_.name, o_.strides.size(), ni + no));
+    scan_mode_ = true;
+    header();
+    line(0, "// Chained window scan (cuda_chain_emit.cpp): {} columns per block, {} warps each running whole batches of {} rows,",
+         kC, W, R);
+    line(0, "// window {} rows, rings of {} batches.", P.split.window, NB);
+    line(0, "extern \"C\" __global__ void __launch_bounds__({}, 1) {}(const __grid_constant__ fj_params_{} p) {{", kC * W, name_, name_);
+    line(1, "FJ_SMEM_DECL;");
+    const int kM = kWindowScanMirrorRows;
+    const int ring_floats = (NB * R + kM) * kC;
+    for (std::size_t q = 0; q < P.ring_inputs.size(); ++q) {
+        const int slot = P.ring_inputs[q];
+        line(1, "float* const fj_ring{} = reinterpret_cast<float*>(fj_smem) + {};  // [{} batches][{} rows][{}], after the last {} rows again",
+             slot, static_cast<int>(q) * ring_floats + kM * kC, NB, R, kC, kM);
+        line(1, "const unsigned fj_ring_addr{} = FJ_SHARED_ADDR(fj_ring{});", slot, slot);
+    }
+    line(1, "double* const fj_esum = reinterpret_cast<double*>(reinterpret_cast<float*>(fj_smem) + {});  // [{}][{}][{}] entering sums by batch",
+         static_cast<int>(P.ring_inputs.size()) * ring_floats, NE, QS, kC);
+    line(1, "double* const fj_csum = fj_esum + {};  // [2][{}][{}] window sums through a batch", NE * QS * kC, QS, kC);
+    line(1, "int* const fj_ccnt = reinterpret_cast<int*>(fj_csum + {});  // [2][{}][{}] latest resets through a batch", 2 * QS * kC,
+         QC, kC);
+    line(1, "const unsigned fj_full = FJ_SHARED_ADDR(fj_ccnt + {});  // [{}] mbarriers: a slot's rows have landed", 2 * QC * kC, NB);
+    line(1, "const unsigned fj_empty = fj_full + {}u;  // [{}]: every batch reading a slot is done with it", 8 * NB, NB);
+    line(1, "const unsigned fj_cbar = fj_empty + {}u;  // [{}]: batch b's sums are handed over (b % {})", 8 * NB, W, W);
+    line(1, "int* const fj_ready_at = fj_ccnt + {};", 2 * QC * kC + 2 * (2 * NB + W));
+    line(1, "const int lane = threadIdx.x & {}, fj_warp = threadIdx.x >> 5;", kC - 1);
+    line(1, "const long long j = (long long)blockIdx.x * {} + lane;", kC);
+    line(1, "const bool fj_active = j < p.cols;");
+    line(1, "const long long fj_col0 = (long long)blockIdx.x * {};", kC);
+    for (std::size_t i = 0; i < ni; ++i) line(1, "const long long ld_in{} = {}LL;", i, o_.strides[i]);
+    for (std::size_t i = 0; i < no; ++i) line(1, "const long long ld_out{} = {}LL;", i, o_.strides[ni + i]);
+    line(1, "for (long long tile = blockIdx.y; tile < p.ntiles; tile += gridDim.y) {{");
+    line(2, "const long long out_begin = tile * p.tile_rows;");
+    line(2, "const long long row_end = out_begin + p.tile_rows < p.rows ? out_begin + p.tile_rows : p.rows;");
+    const int halo = std::max(0, k_.halo);
+    line(2, "const long long row_begin = out_begin > {} ? out_begin - {} : 0;", halo, halo);
+    line(2, "const int n_pass = (int)(row_end - row_begin), first_out = (int)(out_begin - row_begin);");
+    line(2, "const int nb = (n_pass + {}) / {};", R - 1, R);
+    scan_prescan(2);
+    line(2, "FJ_SYNC();  // the previous pass is done with the rings, the sums, the barriers and the ready row");
+    line(2, "if (threadIdx.x == 0) {{");
+    if (!P.stickies.empty()) line(3, "*fj_ready_at = 0;");
+    line(3, "for (int k = 0; k < {}; ++k) {{", NB);
+    line(4, "FJ_MBAR_INIT(fj_full + 8u * k, 1);");
+    line(4, "FJ_MBAR_INIT(fj_empty + 8u * k, {});  // all lanes of the {} batches that read a slot", kC * H.dists.size(),
+         H.dists.size());
+    line(3, "}}");
+    line(3, "for (int k = 0; k < {}; ++k) FJ_MBAR_INIT(fj_cbar + 8u * k, {});", W, kC);
+    line(3, "FJ_MBAR_INIT_FENCE();");
+    line(2, "}}");
+    line(2, "FJ_SYNC();");
+    if (!P.stickies.empty()) {
+        // (No block barrier follows until the next pass's first: every thread reads the row before it.)
+        std::string m = "0";
+        for (const ScanSticky& s : P.stickies) m = fmt::format("max({}, fj_first{})", m, s.state);
+        line(2, "atomicMax(fj_ready_at, {});", m);
+        line(2, "FJ_SYNC();");
+    }
+    line(2, "const int fj_ready = {};", P.stickies.empty() ? "0" : "*fj_ready_at");
+    // Tensor copies of a batch's R rows of the block's 32 columns per input (zeros past the panel).
+    line(2, "auto fj_issue = [&](int batch) {{  // (one lane)");
+    line(3, "const int s = batch % {};", NB);
+    line(3, "const unsigned bar = fj_full + 8u * s;");
+    line(3, "const bool last = s == {};  // its last rows again before the first slot", NB - 1);
+    line(3, "FJ_MBAR_EXPECT(bar, last ? {}u : {}u);", P.ring_inputs.size() * (R + kM) * kC * 4, P.ring_inputs.size() * R * kC * 4);
+    for (int slot : P.ring_inputs) {
+        line(3, "FJ_TMA(fj_ring_addr{} + s * {}u, (unsigned long long)&p.tm{}, (int)fj_col0, (int)row_begin + batch * {}, bar);", slot,
+             R * kC * 4, slot, R);
+        line(3, "if (last) FJ_TMA(fj_ring_addr{} - {}u, (unsigned long long)&p.tm{}_m, (int)fj_col0, (int)row_begin + batch * {} + {}, bar);",
+             slot, kM * kC * 4, slot, R, R - kM);
+    }
+    line(2, "}};");
+    line(2, "if (threadIdx.x == 0)");
+    line(3, "for (int b = 0; b < {} && b < nb; ++b) fj_issue(b);", NB);
+    line(2, "#pragma unroll 1");
+    line(2, "for (int b = fj_warp; b < nb; b += {}) {{", W);
+    int in = 3;
+    line(in, "const int u_seg = b * {};  // the batch's first row in the pass", R);
+    line(in, "const long long t = row_begin + u_seg;");
+    for (int d : H.dists) {
+        if (d == 0) line(in, "FJ_MBAR_WAIT(fj_full + 8u * (b % {}), (b / {}) & 1);  // the batch's rows have landed", NB, NB);
+        else line(in, "if (b >= {}) FJ_MBAR_WAIT(fj_full + 8u * ((b - {}) % {}), ((b - {}) / {}) & 1);", d, d, NB, d, NB);
+    }
+    line(in, "const int u_batch = u_seg;");
+    // The batch's row 0 at each lag read (see chain_loads()), from the start of the slot of batch b - lag / R,
+    // so that one row read at two lags (a row and the previous value of the next) is one address.
+    std::set<std::pair<int, int>> starts;  // (input, batches back)
+    for (const auto& [slot, lag] : P.reads) starts.insert({slot, lag / R});
+    for (const auto& [slot, q] : starts)
+        line(in, "const float* const fj_s{}_{} = fj_ring{} + (b >= {} ? (b - {}) % {} : 0) * {} + lane;", slot, q, slot, q, q, NB, R * kC);
+    for (const auto& [slot, lag] : P.reads)
+        line(in, "const float* const fj_b{}_{} = fj_s{}_{} - {};", slot, lag, slot, lag / R, lag % R * kC);
+    for (const ScanSum& s : P.sums) line(in, "double fj_c{} = {};", s.state, lit(k_.states[s.state].init));
+    for (const ScanCounter& c : P.counters)
+        line(in, "int fj_e{} = {};", c.state, -static_cast<long long>(k_.states[c.state].init) - 1);
+    line(in, "if (u_seg >= fj_ready && u_seg >= {} && u_seg >= first_out && u_seg + {} <= n_pass) {{", P.reach, R);
+    chain_batch(in + 1, false);
+    line(in, "}} else {{");
+    chain_batch(in + 1, true);
+    line(in, "}}");
+    // Every lane arrives on the slots it read; the batch reading a slot from furthest ahead refills it.
+    for (int d : H.dists) line(in, "if (b >= {}) FJ_MBAR_ARRIVE(fj_empty + 8u * ((b - {}) % {}));", d, d, NB);
+    const int far = H.dists.back();
+    line(in, "if (lane == 0 && b >= {} && b - {} + {} < nb) {{", far, far, NB);
+    line(in + 1, "FJ_MBAR_WAIT(fj_empty + 8u * ((b - {}) % {}), ((b - {}) / {}) & 1);", far, NB, far, NB);
+    line(in + 1, "fj_issue(b - {} + {});", far, NB);
+    line(in, "}}");
+    line(2, "}}");
+    line(1, "}}");
+    line(0, "}}");
+    scan_mode_ = false;
+    return std::move(s_);
+}
+
+}  // namespace fj::codegen::detail
