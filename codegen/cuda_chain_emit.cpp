@@ -290,16 +290,7 @@ std::string Emitter::run_chain() {
     line(1, "const long long j = (long long)blockIdx.x * {} + lane;", kC);
     line(1, "const bool fj_active = j < p.cols;");
     line(1, "const long long fj_col0 = (long long)blockIdx.x * {};", kC);
-    for (std::size_t i = 0; i < ni; ++i) line(1, "const long long ld_in{} = {}LL;", i, o_.strides[i]);
-    for (std::size_t i = 0; i < no; ++i) line(1, "const long long ld_out{} = {}LL;", i, o_.strides[ni + i]);
-    line(1, "for (long long tile = blockIdx.y; tile < p.ntiles; tile += gridDim.y) {{");
-    line(2, "const long long out_begin = tile * p.tile_rows;");
-    line(2, "const long long row_end = out_begin + p.tile_rows < p.rows ? out_begin + p.tile_rows : p.rows;");
-    const int halo = std::max(0, k_.halo);
-    line(2, "const long long row_begin = out_begin > {} ? out_begin - {} : 0;", halo, halo);
-    line(2, "const int n_pass = (int)(row_end - row_begin), first_out = (int)(out_begin - row_begin);");
-    line(2, "const int nb = (n_pass + {}) / {};", R - 1, R);
-    scan_prescan(2);
+    scan_pass_begin(R);
     line(2, "FJ_SYNC();  // the previous pass is done with the rings, the sums, the barriers and the ready row");
     line(2, "if (threadIdx.x == 0) {{");
     if (!P.stickies.empty()) line(3, "*fj_ready_at = 0;");
@@ -314,9 +305,7 @@ std::string Emitter::run_chain() {
     line(2, "FJ_SYNC();");
     if (!P.stickies.empty()) {
         // (No block barrier follows until the next pass's first: every thread reads the row before it.)
-        std::string m = "0";
-        for (const ScanSticky& s : P.stickies) m = fmt::format("max({}, fj_first{})", m, s.state);
-        line(2, "atomicMax(fj_ready_at, {});", m);
+        line(2, "atomicMax(fj_ready_at, {});", scan_first_values_row());
         line(2, "FJ_SYNC();");
     }
     line(2, "const int fj_ready = {};", P.stickies.empty() ? "0" : "*fj_ready_at");

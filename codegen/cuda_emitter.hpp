@@ -211,6 +211,8 @@ private:
     bool scan_mode_ = false;  // emitting the window-scan kernel: stores also test the lane and row_end
     void scan_plan();
     void scan_prescan(int ind);
+    void scan_pass_begin(int batch_rows);
+    std::string scan_first_values_row() const;
     void scan_loader(int ind);
     void scan_macros();
     void scan_count_tests();

@@ -550,6 +550,32 @@ void Emitter::scan_batch(int ind, bool guarded) {
     guarded_ = false;
 }
 
+// The constant leading dimensions, the loop over the block's time tiles, a pass's rows and its batches of
+// `batch_rows` rows, and the pass's first values (scan_prescan()): the start of both window-scan kernels.
+// Tensor copies need the panels' rows 16-byte aligned (a tensor map's strides are multiples of 16 bytes;
+// scan_plan() asks for leading dimensions of 4k elements; the runtime runs the column scan on panels that
+// are not aligned or whose column count is not a multiple of 4).
+void Emitter::scan_pass_begin(int batch_rows) {
+    const std::size_t ni = k_.inputs.size(), no = k_.outputs.size();
+    for (std::size_t i = 0; i < ni; ++i) line(1, "const long long ld_in{} = {}LL;", i, o_.strides[i]);
+    for (std::size_t i = 0; i < no; ++i) line(1, "const long long ld_out{} = {}LL;", i, o_.strides[ni + i]);
+    line(1, "for (long long tile = blockIdx.y; tile < p.ntiles; tile += gridDim.y) {{");
+    line(2, "const long long out_begin = tile * p.tile_rows;");
+    line(2, "const long long row_end = out_begin + p.tile_rows < p.rows ? out_begin + p.tile_rows : p.rows;");
+    const int halo = std::max(0, k_.halo);
+    line(2, "const long long row_begin = out_begin > {} ? out_begin - {} : 0;", halo, halo);
+    line(2, "const int n_pass = (int)(row_end - row_begin), first_out = (int)(out_begin - row_begin);");
+    line(2, "const int nb = (n_pass + {}) / {};", batch_rows - 1, batch_rows);
+    scan_prescan(2);
+}
+
+// The pass's row from which this column has all its first values (for the block's largest, by atomicMax).
+std::string Emitter::scan_first_values_row() const {
+    std::string m = "0";
+    for (const ScanSticky& s : scan_.stickies) m = fmt::format("max({}, fj_first{})", m, s.state);
+    return m;
+}
+
 // The macros window scans use: copies and their barriers (sm_90: tensor copies with mbarrier transaction
 // counts), shared memory, the block barrier. Host tests define them first (tests/test_cuda_emulated.cpp).
 void Emitter::scan_macros() {
@@ -618,27 +644,13 @@ std::string Emitter::run_scan() {
     line(1, "}}");
     line(1, "int fj_stage = 0, fj_issue_stage = 0;  // the mbarrier of the batch waited for, issued");
     line(1, "unsigned fj_parity = 0;  // bit k: the phase parity mbarrier k completes next");
-    for (std::size_t i = 0; i < ni; ++i) line(1, "const long long ld_in{} = {}LL;", i, o_.strides[i]);
-    for (std::size_t i = 0; i < no; ++i) line(1, "const long long ld_out{} = {}LL;", i, o_.strides[ni + i]);
-    // Tensor copies: the panels' rows are 16-byte aligned (a tensor map's strides are multiples of 16
-    // bytes; scan_plan() asks for leading dimensions of 4k elements; the runtime runs the column scan on
-    // panels that are not aligned or whose column count is not a multiple of 4).
-    line(1, "for (long long tile = blockIdx.y; tile < p.ntiles; tile += gridDim.y) {{");
-    line(2, "const long long out_begin = tile * p.tile_rows;");
-    line(2, "const long long row_end = out_begin + p.tile_rows < p.rows ? out_begin + p.tile_rows : p.rows;");
-    const int halo = std::max(0, k_.halo);
-    line(2, "const long long row_begin = out_begin > {} ? out_begin - {} : 0;", halo, halo);
-    line(2, "const int n_pass = (int)(row_end - row_begin), first_out = (int)(out_begin - row_begin);");
-    line(2, "const int nb = (n_pass + {}) / {};", kB - 1, kB);
-    scan_prescan(2);
+    scan_pass_begin(kB);
     // The rows from which every column of the block has its first values: batches from there on need no
     // guard for them. (The previous pass read this word before its last batch's barriers.)
     if (!P.stickies.empty()) line(2, "if (threadIdx.x == 0) *fj_ready_at = 0;");
     line(2, "FJ_SYNC();  // the previous pass is done with the rings and the totals");
     if (!P.stickies.empty()) {
-        std::string m = "0";
-        for (const ScanSticky& s : P.stickies) m = fmt::format("max({}, fj_first{})", m, s.state);
-        line(2, "atomicMax(fj_ready_at, {});", m);
+        line(2, "atomicMax(fj_ready_at, {});", scan_first_values_row());
         line(2, "FJ_SYNC();");
     }
     line(2, "const int fj_ready = {};", P.stickies.empty() ? "0" : "*fj_ready_at");

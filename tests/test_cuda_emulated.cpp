@@ -439,8 +439,8 @@ TEST_CASE("window-scan kernels, run on the host, match the reference") {
         CHECK(fj::codegen::emit_cuda(corr.regions[0].kernel, o).find("const int fj_b") != std::string::npos);
         const fj::codegen::Plan short_corr = fj::codegen::make_plan({{"c", fj::corr(window(A, 3), window(B, 3))}}, dtype);
         const std::string short_src = fj::codegen::emit_cuda(short_corr.regions[0].kernel, o);
-        CHECK(short_src.find("_19 = fj_e") != std::string::npos);
-        CHECK(short_src.find("- max(fj_e") == std::string::npos);
+        CHECK(short_src.find("max(fj_e") != std::string::npos);
+        CHECK(short_src.find("const int fj_b") == std::string::npos);
     }
     // With one batch copied ahead (the smallest rings) and 16 warps of 2-row segments, and with the
     // defaults (as many batches ahead as fit, 4 here; 8 warps of 4 rows).
