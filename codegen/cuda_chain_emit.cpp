@@ -38,18 +38,18 @@ constexpr int kChainGroupMax = 6;
 }  // namespace
 
 void Emitter::chain_plan() {
-    scan_plan();
-    const ScanPlan& P = scan_;
     ChainPlan& H = chain_;
     H = ChainPlan{};
+    H.split = scan_window_split();  // (plans the window scan first)
+    const ScanPlan& P = scan_;
     auto fail = [&](std::string why) { H.why_not = std::move(why); };
     if (!P.ok) return fail(P.why_not);
-    if (!P.split.ok) return fail("its window sums do not split into entering and leaving terms: " + P.split.why_not);
+    if (!H.split.ok) return fail("its window sums do not split into entering and leaving terms: " + H.split.why_not);
     for (std::size_t q = 0; q < P.sums.size(); ++q)  // (integer sums: counts, kept exactly as float64)
-        for (const SumTerm& t : P.split.entering[q])
+        for (const SumTerm& t : H.split.entering[q])
             if (t.b >= 0 && (is_int(t.a) || is_int(t.b)))
                 return fail(fmt::format("window sum s{} has an integer product", P.sums[q].state));
-    const int w = P.split.window;
+    const int w = H.split.window;
     for (int r = kWindowScanBatchRows; r >= kWindowScanChainMinRows && H.rows == 0; --r)
         if (w % r == 0) H.rows = r;
     if (H.rows == 0)
@@ -145,7 +145,7 @@ void Emitter::chain_batch(int ind, bool guarded) {
         for (std::int32_t o : {x.a, x.b, x.c})
             if (o >= 0) need(o);
     };
-    for (const auto& terms : P.split.entering)
+    for (const auto& terms : H.split.entering)
         for (const SumTerm& t : terms) {
             need(t.a);
             if (t.b >= 0) need(t.b);
@@ -166,7 +166,7 @@ void Emitter::chain_batch(int ind, bool guarded) {
         for (std::size_t x = 0; x < n; ++x)
             if (in_e[x]) inst(in + 1, i, x);
         for (std::size_t q = 0; q < P.sums.size(); ++q)
-            for (const SumTerm& t : P.split.entering[q]) {
+            for (const SumTerm& t : H.split.entering[q]) {
                 const int st = P.sums[q].state;
                 if (t.b < 0) line(in + 1, "fj_x{} {}= {}{};", st, t.sign > 0 ? "+" : "-", is_int(t.a) ? "(double)iv" : "v", t.a);
                 else line(in + 1, "fj_x{} = fma({}v{}, v{}, fj_x{});", st, t.sign > 0 ? "" : "-", t.a, t.b, st);
@@ -266,7 +266,7 @@ std::string Emitter::run_chain() {
     header();
     line(0, "// Chained window scan (cuda_chain_emit.cpp): {} columns per block, {} warps each running whole batches of {} rows,",
          kC, W, R);
-    line(0, "// window {} rows, rings of {} batches.", P.split.window, NB);
+    line(0, "// window {} rows, rings of {} batches.", H.split.window, NB);
     line(0, "extern \"C\" __global__ void __launch_bounds__({}, 1) {}(const __grid_constant__ fj_params_{} p) {{", kC * W, name_, name_);
     line(1, "FJ_SMEM_DECL;");
     const int kM = kWindowScanMirrorRows;

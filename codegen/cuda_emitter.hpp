@@ -147,8 +147,8 @@ public:
     // Dynamic shared memory per block of the window-scan kernel, or 0 with *why_not set when the kernel
     // cannot run as one.
     int scan_smem_bytes(std::string* why_not);
-    // The window sums of a kernel that can run as a window scan, split into entering and leaving terms
-    // (window_terms.hpp); why_not says why the kernel cannot run as a window scan at all.
+    // The window sums of a kernel that can run as a window scan (planned), split into entering and leaving
+    // terms (window_terms.hpp); why_not says why the kernel cannot run as a window scan at all.
     WindowSplit scan_window_split();
     // The chained window scan's translation unit (throws BackendError when the kernel cannot be one), its
     // dynamic shared memory per block (0 with *why_not set when it cannot be one) and its batch rows.
@@ -186,7 +186,6 @@ private:
         int segments = 0, segment_rows = 0;    // a batch's segments (the block's warps) and their rows
         int issuers = 0;                       // warps whose lane 0 issues the copies (scan_loader())
         int smem_bytes = 0;
-        WindowSplit split;                     // the sums' entering terms, where they leave w rows later
     };
     ScanPlan scan_;
     // The chained window scan (cuda_chain_emit.cpp): a warp runs whole batches of `rows` rows.
@@ -198,6 +197,7 @@ private:
         int window_batches = 0;      // w / R: the batch whose entering sums leave with this one's rows
         int warps = 0;               // W: batch b runs on warp b % W
         int ahead = 0;               // ring slots beyond those the warps' batches read
+        WindowSplit split;           // the sums' entering terms (they leave window_batches batches later)
         std::vector<int> dists;      // batches back the rows a batch reads lie (0 first)
         int slots = 0;               // NB: ring slots (batches) per input
         int sum_slots = 0;           // NE: batches whose entering sums are kept

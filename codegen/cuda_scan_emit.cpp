@@ -254,19 +254,18 @@ void Emitter::scan_plan() {
                                 bytes, kWindowScanMaxSharedBytes, least));
     P.smem_bytes = static_cast<int>(bytes);
     P.ok = true;
-    // Whether the sums' leaving terms are their entering terms w rows back (first values hold one value a
-    // column; the chained window scan of bench/proto/chain_corr.cu builds on it).
-    std::vector<WindowSum> sums;
-    for (const ScanSum& s : P.sums) sums.push_back({s.state, s.root});
-    std::set<std::int32_t> constants;
-    for (const ScanSticky& s : P.stickies) constants.insert(s.select);
-    P.split = split_window_sums(k_, sums, constants);
 }
 
+// Whether the planned sums' leaving terms are their entering terms w rows back (first values hold one value
+// a column), for chained window scans (cuda_chain_emit.cpp); only they need it.
 WindowSplit Emitter::scan_window_split() {
     scan_plan();
     if (!scan_.ok) return WindowSplit{false, scan_.why_not, 0, {}};
-    return scan_.split;
+    std::vector<WindowSum> sums;
+    for (const ScanSum& s : scan_.sums) sums.push_back({s.state, s.root});
+    std::set<std::int32_t> constants;
+    for (const ScanSticky& s : scan_.stickies) constants.insert(s.select);
+    return split_window_sums(k_, sums, constants);
 }
 
 // A run counter's count on row u_seg + i is u_seg + i - max(e, m_i) (e: the latest reset before the
