@@ -192,6 +192,58 @@ TEST_CASE("every operator's window-scan kernel compiles (where it can be one), w
     }
 }
 
+TEST_CASE("every operator's chained window-scan kernel compiles (where it can be one), without spills or warnings") {
+    if (!have_nvrtc()) return;
+    cu::CudaSettings s;
+    s.window_scan = 1;
+    s.scan_chain = 1;
+    // The operator cases, and long windows of the moments (batches of 25, 32 and 20 rows).
+    auto cases = fj::test::cuda_op_cases();
+    const fj::Expr A = fj::input("A"), B = fj::input("B");
+    cases.push_back({"corr250", fj::corr(fj::window(A, 250), fj::window(B, 250))});
+    cases.push_back({"cov128", fj::cov(fj::window(A, 128), fj::window(B, 128))});
+    cases.push_back({"std100", fj::std(fj::window(A, 100))});
+    std::vector<fj::codegen::Plan> plans;
+    for (const auto& c : cases) plans.push_back(fj::codegen::make_plan({{"out", c.second}}));
+    std::vector<const fj::ir::Kernel*> kernels;
+    for (const auto& p : plans)
+        for (const auto& r : p.regions) {
+            fj::codegen::CudaEmitOptions o;
+            o.strides.assign(r.kernel.inputs.size() + r.kernel.outputs.size(), 1000);
+            o.window_scan_chain = true;
+            if (fj::codegen::cuda_window_scan_smem(r.kernel, o) > 0) kernels.push_back(&r.kernel);
+        }
+    CHECK(kernels.size() >= 3);
+    std::vector<cu::CudaCompiled> out;
+    try {
+        out = cu::compile_cuda_kernels(kernels, fj::DType::F32, "sm_90", true, s, 1000);
+    } catch (const fj::Error& e) {
+        FAIL(e.what());
+    }
+    for (const cu::CudaCompiled& k : out) {
+        CAPTURE(k.function);
+        CHECK(k.emitted.window_scan_chain);
+        CHECK(k.block_smem > 0);
+        CHECK(k.stack_bytes == 0);
+        CHECK(k.registers <= 128);  // one block of 512 threads per SM
+        CHECK(k.log.find("warning") == std::string::npos);
+    }
+    // `factorjit compile` says which kind of kernel it made.
+    const std::string dir = std::string(FJ_TEST_TMP) + "/cuda_cli_chain";
+    std::filesystem::create_directories(dir);
+    auto compile = [&](const char* chain) {
+        const std::string out_file = dir + "/out.txt";
+        const std::string cmd = std::string("FJ_CUDA_SCAN_CHAIN=") + chain + " '" + FJ_CLI_PATH +
+                                "' compile -e 'corr(window(A, 250), window(B, 250))' --arch sm_90 --ld 50000 > '" + out_file +
+                                "' 2>&1";
+        CHECK(std::system(cmd.c_str()) == 0);
+        std::ifstream f(out_file);
+        return std::string(std::istreambuf_iterator<char>(f), {});
+    };
+    CHECK(compile("1").find("chained window scan: the windows of 32 columns per block, batches of 25 rows") != std::string::npos);
+    CHECK(compile("0").find("  window scan: the windows of 32 columns per block in 114352 bytes") != std::string::npos);
+}
+
 TEST_CASE("all operators in one program, default settings, both dtypes") {
     if (!have_nvrtc()) return;
     for (fj::DType dtype : {fj::DType::F32, fj::DType::F64})
