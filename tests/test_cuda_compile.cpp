@@ -162,20 +162,25 @@ TEST_CASE("every operator's kernel compiles for sm_90, float32 and float64") {
     }
 }
 
-TEST_CASE("every operator's window-scan kernel compiles (where it can be one), without spills or warnings") {
-    if (!have_nvrtc()) return;
+// Compiles for sm_90, with these settings, the window-scan kernels (chained ones with `chain`) of every
+// case that can be one (at least `at_least` of them): no spills, no NVRTC warnings, at most 128 registers
+// (two blocks of 256 threads per SM; chained: one of 512).
+static void check_window_scans_compile(const std::vector<std::pair<std::string, fj::Expr>>& cases, bool chain,
+                                std::size_t at_least) {
     cu::CudaSettings s;
     s.window_scan = 1;
+    s.scan_chain = chain ? 1 : 0;
     std::vector<fj::codegen::Plan> plans;
-    for (const auto& c : fj::test::cuda_op_cases()) plans.push_back(fj::codegen::make_plan({{"out", c.second}}));
+    for (const auto& c : cases) plans.push_back(fj::codegen::make_plan({{"out", c.second}}));
     std::vector<const fj::ir::Kernel*> kernels;
     for (const auto& p : plans)
         for (const auto& r : p.regions) {
             fj::codegen::CudaEmitOptions o;
             o.strides.assign(r.kernel.inputs.size() + r.kernel.outputs.size(), 1000);
+            o.window_scan_chain = chain;
             if (fj::codegen::cuda_window_scan_smem(r.kernel, o) > 0) kernels.push_back(&r.kernel);
         }
-    CHECK(kernels.size() >= 7);  // sum, sum_mp, mean, var, corr, cov, std_of_corr's inner corr at least
+    CHECK(kernels.size() >= at_least);
     std::vector<cu::CudaCompiled> out;
     try {
         out = cu::compile_cuda_kernels(kernels, fj::DType::F32, "sm_90", true, s, 1000);
@@ -185,49 +190,29 @@ TEST_CASE("every operator's window-scan kernel compiles (where it can be one), w
     for (const cu::CudaCompiled& k : out) {
         CAPTURE(k.function);
         CHECK(k.emitted.window_scan);
+        CHECK(k.emitted.window_scan_chain == chain);
         CHECK(k.block_smem > 0);
         CHECK(k.stack_bytes == 0);
-        CHECK(k.registers <= 128);  // two blocks of 256 threads per SM
+        CHECK(k.registers <= 128);
         CHECK(k.log.find("warning") == std::string::npos);
     }
 }
 
+TEST_CASE("every operator's window-scan kernel compiles (where it can be one), without spills or warnings") {
+    if (!have_nvrtc()) return;
+    // sum, sum_mp, mean, var, corr, cov, std_of_corr's inner corr at least
+    check_window_scans_compile(fj::test::cuda_op_cases(), false, 7);
+}
+
 TEST_CASE("every operator's chained window-scan kernel compiles (where it can be one), without spills or warnings") {
     if (!have_nvrtc()) return;
-    cu::CudaSettings s;
-    s.window_scan = 1;
-    s.scan_chain = 1;
     // The operator cases, and long windows of the moments (batches of 25, 32 and 20 rows).
     auto cases = fj::test::cuda_op_cases();
     const fj::Expr A = fj::input("A"), B = fj::input("B");
     cases.push_back({"corr250", fj::corr(fj::window(A, 250), fj::window(B, 250))});
     cases.push_back({"cov128", fj::cov(fj::window(A, 128), fj::window(B, 128))});
     cases.push_back({"std100", fj::std(fj::window(A, 100))});
-    std::vector<fj::codegen::Plan> plans;
-    for (const auto& c : cases) plans.push_back(fj::codegen::make_plan({{"out", c.second}}));
-    std::vector<const fj::ir::Kernel*> kernels;
-    for (const auto& p : plans)
-        for (const auto& r : p.regions) {
-            fj::codegen::CudaEmitOptions o;
-            o.strides.assign(r.kernel.inputs.size() + r.kernel.outputs.size(), 1000);
-            o.window_scan_chain = true;
-            if (fj::codegen::cuda_window_scan_smem(r.kernel, o) > 0) kernels.push_back(&r.kernel);
-        }
-    CHECK(kernels.size() >= 3);
-    std::vector<cu::CudaCompiled> out;
-    try {
-        out = cu::compile_cuda_kernels(kernels, fj::DType::F32, "sm_90", true, s, 1000);
-    } catch (const fj::Error& e) {
-        FAIL(e.what());
-    }
-    for (const cu::CudaCompiled& k : out) {
-        CAPTURE(k.function);
-        CHECK(k.emitted.window_scan_chain);
-        CHECK(k.block_smem > 0);
-        CHECK(k.stack_bytes == 0);
-        CHECK(k.registers <= 128);  // one block of 512 threads per SM
-        CHECK(k.log.find("warning") == std::string::npos);
-    }
+    check_window_scans_compile(cases, true, 3);
     // `factorjit compile` says which kind of kernel it made.
     const std::string dir = std::string(FJ_TEST_TMP) + "/cuda_cli_chain";
     std::filesystem::create_directories(dir);

@@ -334,6 +334,40 @@ void check_outputs(const fj::codegen::Plan& plan, const std::vector<fj::Expr>& r
     }
 }
 
+// Every case as a program of its own, then the fused outputs as one program, and their plans.
+struct Programs {
+    std::vector<std::vector<std::pair<std::string, fj::Expr>>> outputs;
+    std::vector<fj::codegen::Plan> plans;
+};
+Programs programs_of(const std::vector<std::pair<std::string, fj::Expr>>& cases,
+                     const std::vector<std::pair<std::string, fj::Expr>>& fused, fj::DType dtype) {
+    Programs pr;
+    for (const auto& c : cases) pr.outputs.push_back({c});
+    pr.outputs.push_back(fused);
+    for (const auto& p : pr.outputs) pr.plans.push_back(fj::codegen::make_plan(p, dtype));
+    return pr;
+}
+
+// Runs emulated kernel q (the one region of program index[q]) with each tile length on the dataset, in
+// panels of leading dimension ld, and holds every output to the reference.
+void check_emulated(const Emulated& emu, const std::vector<std::size_t>& index, const Programs& pr,
+                    const fj::test::Dataset& ds, fj::DType dtype, long long ld, std::initializer_list<std::int64_t> tiles) {
+    const fj::test::Inputs data = fj::test::as_dtype(ds.inputs, dtype);
+    for (std::int64_t tile : tiles) {
+        CAPTURE(tile);
+        for (std::size_t q = 0; q < index.size(); ++q) {
+            const std::size_t pi = index[q];
+            CAPTURE(pi);
+            const fj::codegen::Plan& plan = pr.plans[pi];
+            std::vector<fj::Expr> roots;
+            for (const auto& [name, e] : pr.outputs[pi]) roots.push_back(e);
+            const auto refs = fj::test::reference(roots, data, ds.rows, ds.cols);
+            check_outputs(plan, roots, refs, data, ds.rows, ds.cols, dtype, ld, ld,
+                          [&](const auto& ip, const auto& op) { emu.run(q, plan.regions[0].kernel, ip, op, tile); });
+        }
+    }
+}
+
 }  // namespace
 
 TEST_SUITE("cuda_compile") {
@@ -418,11 +452,8 @@ TEST_CASE("window-scan kernels, run on the host, match the reference") {
     for (std::int64_t r = 0; r < 40; ++r)
         ds.inputs.at("B")[static_cast<std::size_t>(r * ds.cols + 41)] = r % 2 ? INFINITY : -INFINITY;
     const fj::DType dtype = fj::DType::F32;
-    std::vector<std::vector<std::pair<std::string, fj::Expr>>> programs;
-    for (const auto& c : cases) programs.push_back({c});
-    programs.push_back(fused);
-    std::vector<fj::codegen::Plan> plans;
-    for (const auto& p : programs) plans.push_back(fj::codegen::make_plan(p, dtype));
+    const Programs pr = programs_of(cases, fused, dtype);
+    const std::vector<fj::codegen::Plan>& plans = pr.plans;
     // Rows are copied 16 bytes at a time: leading dimensions of 4k elements only.
     {
         fj::codegen::CudaEmitOptions o;
@@ -464,7 +495,7 @@ TEST_CASE("window-scan kernels, run on the host, match the reference") {
             o.window_scan_warps = warps;
             std::string why;
             const bool ok = fj::codegen::cuda_window_scan_smem(k, o, &why) > 0;
-            const std::string& name = programs[pi].size() == 1 ? programs[pi][0].first : std::string("fused");
+            const std::string& name = pr.outputs[pi].size() == 1 ? pr.outputs[pi][0].first : std::string("fused");
             CHECK_MESSAGE((ok || !must.count(name)), name << ": " << why);
             if (!ok) continue;
             kernels.push_back(&k);
@@ -473,19 +504,7 @@ TEST_CASE("window-scan kernels, run on the host, match the reference") {
         REQUIRE(kernels.size() >= must.size());
         Emulated emu(kernels, dtype, dir, cxx, ld, ld, true, ahead, warps);
         REQUIRE_MESSAGE(emu.error().empty(), emu.error());
-        const fj::test::Inputs data = fj::test::as_dtype(ds.inputs, dtype);
-        for (std::int64_t tile : {0, 7, 45}) {
-            CAPTURE(tile);
-            for (std::size_t q = 0; q < kernels.size(); ++q) {
-                const std::size_t pi = index[q];
-                const fj::codegen::Plan& plan = plans[pi];
-                std::vector<fj::Expr> roots;
-                for (const auto& [name, e] : programs[pi]) roots.push_back(e);
-                const auto refs = fj::test::reference(roots, data, ds.rows, ds.cols);
-                check_outputs(plan, roots, refs, data, ds.rows, ds.cols, dtype, ld, ld,
-                              [&](const auto& ip, const auto& op) { emu.run(q, plan.regions[0].kernel, ip, op, tile); });
-            }
-        }
+        check_emulated(emu, index, pr, ds, dtype, ld, {0, 7, 45});
     }
 }
 
@@ -514,11 +533,8 @@ TEST_CASE("chained window-scan kernels, run on the host, match the reference") {
     for (std::int64_t r = 0; r < 70; ++r) ds.inputs.at("A")[static_cast<std::size_t>(r * ds.cols + 3)] = std::nan("");
     for (std::int64_t r = 100; r < 160; ++r) ds.inputs.at("A")[static_cast<std::size_t>(r * ds.cols + 9)] = 101.25;  // constant
     const fj::DType dtype = fj::DType::F32;
-    std::vector<std::vector<std::pair<std::string, fj::Expr>>> programs;
-    for (const auto& c : cases) programs.push_back({c});
-    programs.push_back(fused);
-    std::vector<fj::codegen::Plan> plans;
-    for (const auto& p : programs) plans.push_back(fj::codegen::make_plan(p, dtype));
+    const Programs pr = programs_of(cases, fused, dtype);
+    const std::vector<fj::codegen::Plan>& plans = pr.plans;
     const long long ld = 48;
     std::vector<const fj::ir::Kernel*> kernels;
     std::vector<std::size_t> index;
@@ -564,20 +580,7 @@ TEST_CASE("chained window-scan kernels, run on the host, match the reference") {
     }
     Emulated emu(kernels, dtype, dir, cxx, ld, ld, true, 0, 0, true);
     REQUIRE_MESSAGE(emu.error().empty(), emu.error());
-    const fj::test::Inputs data = fj::test::as_dtype(ds.inputs, dtype);
-    for (std::int64_t tile : {0, 45, 130}) {
-        CAPTURE(tile);
-        for (std::size_t q = 0; q < kernels.size(); ++q) {
-            const std::size_t pi = index[q];
-            CAPTURE(pi);
-            const fj::codegen::Plan& plan = plans[pi];
-            std::vector<fj::Expr> roots;
-            for (const auto& [name, e] : programs[pi]) roots.push_back(e);
-            const auto refs = fj::test::reference(roots, data, ds.rows, ds.cols);
-            check_outputs(plan, roots, refs, data, ds.rows, ds.cols, dtype, ld, ld,
-                          [&](const auto& ip, const auto& op) { emu.run(q, plan.regions[0].kernel, ip, op, tile); });
-        }
-    }
+    check_emulated(emu, index, pr, ds, dtype, ld, {0, 45, 130});
 }
 
 }  // TEST_SUITE
