@@ -53,7 +53,7 @@ mkdir -p "$BUILD/cuda_tests/tmp"
 pids=()
 for f in tests/main.cpp tests/reference.cpp tests/test_cuda_compile.cpp tests/test_cuda_cache.cpp tests/test_cuda_gpu.cpp; do
   o="$BUILD/cuda_tests/$(basename "$f" .cpp).o"
-  g++ $CXXFLAGS -DFJ_TEST_TMP="\"$BUILD/cuda_tests/tmp\"" -c "$f" -o "$o" > "$o.log" 2>&1 &
+  g++ $CXXFLAGS -DFJ_TEST_TMP="\"$BUILD/cuda_tests/tmp\"" -DFJ_CLI_PATH="\"$BUILD/factorjit\"" -c "$f" -o "$o" > "$o.log" 2>&1 &
   pids+=($!)
 done
 ok=1
@@ -75,10 +75,10 @@ if [ $TESTS = 1 ] && [ -x "$BUILD/cuda_tests/fj_cuda_tests" ]; then
   grep -E "ERROR|FAILED|MESSAGE|skipped" -A6 "$LOG/tests.log" | head -60
   TEST_SUMMARY="rc=$rc; $(grep -E '^\[doctest\] (test cases|assertions)' "$LOG/tests.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
   echo "== tests: $TEST_SUMMARY"
-  # The GPU suite again with every kernel specialised on its leading dimensions and a window scan wherever
-  # one can be (the defaults give window scans only to big panels with long windows).
+  # The GPU suite again with every kernel specialised on its leading dimensions and a (plain) window scan
+  # wherever one can be (the defaults give window scans only to big panels with long windows).
   t0=$(date +%s)
-  FJ_CUDA_FIXED_LD=1 FJ_CUDA_WINDOW_SCAN=1 "$BUILD/cuda_tests/fj_cuda_tests" --no-intro -ts=cuda_gpu > "$LOG/tests_scan.log" 2>&1
+  FJ_CUDA_FIXED_LD=1 FJ_CUDA_WINDOW_SCAN=1 FJ_CUDA_SCAN_CHAIN=0 "$BUILD/cuda_tests/fj_cuda_tests" --no-intro -ts=cuda_gpu > "$LOG/tests_scan.log" 2>&1
   rc=$?
   grep -E "ERROR|FAILED" -A6 "$LOG/tests_scan.log" | head -40
   SCAN_SUMMARY="rc=$rc; $(grep -E '^\[doctest\] (test cases|assertions)' "$LOG/tests_scan.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
@@ -102,7 +102,7 @@ if [ $XCHECK = 1 ] && [ -d .carry/xcheck/cpu ] && [ -x "$BUILD/factorjit" ]; the
   for fixed in ${FJ_XCHECK_KINDS:-0 1 scan chain}; do
     rm -rf "$BUILD/xcheck_$fixed"
     scan=0; { [ $fixed = scan ] || [ $fixed = chain ]; } && scan=1
-    chain=0; [ $fixed = chain ] && chain=1
+    chain=-1; [ $fixed = scan ] && chain=0; [ $fixed = chain ] && chain=1  # (-1: the library's default)
     FJ_CUDA_FIXED_LD=$([ $fixed = 0 ] && echo 0 || echo 1) FJ_CUDA_WINDOW_SCAN=$scan FJ_CUDA_SCAN_CHAIN=$chain python3 tests/cross_backend/cross_check.py run .carry/xcheck "$BUILD/xcheck_$fixed" cuda \
       "$BUILD/factorjit" > "$LOG/xcheck_$fixed.log" 2>&1
     python3 tests/cross_backend/cross_check.py compare "$BUILD/xcheck_$fixed" .carry/xcheck/cpu >> "$LOG/xcheck_$fixed.log" 2>&1

@@ -8,9 +8,11 @@
 // batch before, which the warp running that batch hands over:
 //   A  the batch's entering terms (window_terms.hpp: the leaving terms are the same terms w rows back,
 //      negated) summed, kept by batch in shared memory, and its run counters' latest reset row;
-//   K  the sums through the batch before (from warp b - 1 % W through mbarrier b - 1 % W), plus the batch's
-//      entering sums, minus those of the batch w / R before (R divides w: its rows are the ones leaving),
-//      handed on to the next batch's warp; counters by max;
+//   K  the batch's entering sums minus those of the batch w / R before (R divides w: its rows are the ones
+//      leaving), taken before the wait, plus the sums through the batch before (from warp b - 1 % W through
+//      mbarrier b - 1 % W), handed on to the next batch's warp; counters by max. The hand-over is the
+//      chain's critical path: after the wait come only loads, one addition per sum and stores (with the
+//      subtraction after the wait too, ncu put 33 % of the warps' samples at that wait on the H200);
 //   C  the batch's rows from the sums through the batch before, each row's whole update (entering and
 //      leaving terms) and its results, as the column scan would.
 // No block barrier: a warp waits only for the sums it needs after its own A. W mbarriers, one per warp,
@@ -178,7 +180,22 @@ void Emitter::chain_batch(int ind, bool guarded) {
     line(in, "}}");
     for (int q = 0; q < QS; ++q)
         line(in, "fj_esum[((b % {}) * {} + {}) * {} + lane] = fj_x{};", H.sum_slots, QS, q, kC, P.sums[q].state);
-    // K: the sums through the batch before, then through this one for the next batch's warp.
+    // K: the sums through the batch before, then through this one for the next batch's warp. The hand-over
+    // is the chain's critical path (a batch waits for it after its A): everything that does not need the
+    // previous batch's sums is done before the wait, so that after it come only the loads of those sums, one
+    // addition each, and the stores. The leaving rows' sums (batch b - w/R's entering sums) are subtracted
+    // from this batch's first; they are there once that batch's K is done: waited for on its barrier while
+    // it is within W batches (at most one phase ahead of this wait), else implied by this warp's wait for
+    // batch b - W - 1 on its previous batch. (c + (x - e) also rounds once at the window's magnitude where
+    // (c + x) - e rounded twice.)
+    line(in, "if (b >= {}) {{  // batch b - {}'s entering rows leave", H.window_batches, H.window_batches);
+    if (H.window_batches <= H.warps)
+        line(in + 1, "FJ_MBAR_WAIT(fj_cbar + 8u * ((b - {}) % {}), ((b - {}) / {}) & 1);  // its sums are there",
+             H.window_batches, H.warps, H.window_batches, H.warps);
+    line(in + 1, "const double* const fj_eo = fj_esum + ((b - {}) % {}) * {} + lane;", H.window_batches, H.sum_slots,
+         QS * kC);
+    for (int q = 0; q < QS; ++q) line(in + 1, "fj_x{} -= fj_eo[{}];", P.sums[q].state, q * kC);
+    line(in, "}}");
     line(in, "if (b > 0) {{");
     line(in + 1, "FJ_MBAR_WAIT(fj_cbar + 8u * ((b - 1) % {}), ((b - 1) / {}) & 1);  // batch b - 1's sums are there", H.warps,
          H.warps);
@@ -187,11 +204,9 @@ void Emitter::chain_batch(int ind, bool guarded) {
     for (int q = 0; q < QC; ++q)
         line(in + 1, "fj_e{} = fj_ccnt[(((b - 1) & 1) * {} + {}) * {} + lane];", P.counters[q].state, QC, q, kC);
     line(in, "}}");
-    line(in, "const bool fj_leaves = b >= {};  // batch b - {}'s entering rows leave", H.window_batches, H.window_batches);
     for (int q = 0; q < QS; ++q) {
         const int st = P.sums[q].state;
-        line(in, "fj_csum[((b & 1) * {} + {}) * {} + lane] = (fj_c{} + fj_x{}) - (fj_leaves ? fj_esum[(((b - {}) % {}) * {} + {}) * {} + lane] : 0.0);",
-             QS, q, kC, st, st, H.window_batches, H.sum_slots, QS, q, kC);
+        line(in, "fj_csum[((b & 1) * {} + {}) * {} + lane] = fj_c{} + fj_x{};", QS, q, kC, st, st);
     }
     for (int q = 0; q < QC; ++q) {
         const int st = P.counters[q].state;

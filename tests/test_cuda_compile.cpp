@@ -363,11 +363,13 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         CHECK(long_window.source.find("FJ_LD_LAST(x0_m250, &in0[-234LL * ld_in0]);") != std::string::npos);
         // By default a window that long is a window scan (kWindowScanMinLag): its rings of 384 rows for A and B
         // (250 back and 4 batches: the one computed and 3 copied ahead, as many as fit), the scan's totals
-        // (5 sums, 3 counters) and 4 mbarriers in shared memory.
-        const auto scan = specialised(long_plan, cu::CudaSettings{});
+        // (5 sums, 3 counters) and 4 mbarriers in shared memory (not chained: FJ_CUDA_SCAN_CHAIN=0).
+        cu::CudaSettings plain;
+        plain.scan_chain = 0;
+        const auto scan = specialised(long_plan, plain);
         CHECK(scan.emitted.window_scan);
         CHECK(scan.block_smem == 2 * (384 + 4) * 32 * 4 + 9 * 32 * (5 * 8 + 3 * 4) + 4 * 8 + 16);
-        cu::CudaSettings two_ahead;
+        cu::CudaSettings two_ahead = plain;
         two_ahead.scan_ahead = 2;
         const auto scan2 = specialised(long_plan, two_ahead);
         CHECK(scan2.block_smem == 2 * (352 + 4) * 32 * 4 + 9 * 32 * (5 * 8 + 3 * 4) + 3 * 8 + 16);
@@ -376,11 +378,11 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         const fj::codegen::Plan cov_plan =
             fj::codegen::make_plan({{"o", fj::cov(fj::window(A, 250), fj::window(B, 250))}});
         CHECK(specialised(cov_plan, cu::CudaSettings{}).source.find("rings of 416 rows") != std::string::npos);
-        cu::CudaSettings four_ahead;  // (does not fit: the column scan)
+        cu::CudaSettings four_ahead = plain;  // (does not fit: the column scan)
         four_ahead.scan_ahead = 4;
         CHECK_FALSE(specialised(long_plan, four_ahead).emitted.window_scan);
         // 16 warps of 2-row segments: blocks of 512 threads (the runtime launches the kernel's bounds).
-        cu::CudaSettings sixteen;
+        cu::CudaSettings sixteen = plain;
         sixteen.scan_warps = 16;
         const auto scan16 = specialised(long_plan, sixteen);
         CHECK(scan16.emitted.window_scan);
@@ -411,6 +413,14 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         const auto cov_chain = specialised(cov_plan, chained);
         CHECK(cov_chain.emitted.window_scan_chain);
         CHECK(cov_chain.block_smem == 2 * (28 * 25 + 4) * 32 * 4 + 27 * 3 * 32 * 8 + 2 * 32 * (3 * 8 + 1 * 4) + (2 * 28 + 16) * 8 + 16);
+        // By default (FJ_CUDA_SCAN_CHAIN=-1) chained where the window scan keeps kChainMinSums sums or more:
+        // corr's 5, not cov's 3.
+        const auto by_default = specialised(long_plan, cu::CudaSettings{});
+        CHECK(by_default.emitted.window_scan_chain);
+        CHECK(by_default.block_smem == chain.block_smem);
+        const auto cov_default = specialised(cov_plan, cu::CudaSettings{});
+        CHECK(cov_default.emitted.window_scan);
+        CHECK_FALSE(cov_default.emitted.window_scan_chain);
         // A window no batch of 16 to 32 rows divides keeps the window scan.
         const auto odd = specialised(fj::codegen::make_plan({{"o", fj::corr(fj::window(A, 251), fj::window(B, 251))}}), chained);
         CHECK(odd.emitted.window_scan);
@@ -540,8 +550,9 @@ TEST_CASE("window-scan settings from the environment, with clear errors") {
     CHECK(with(nullptr, "12").second.find("FJ_CUDA_SCAN_WARPS=12 is not 8 or 16") != std::string::npos);
     CHECK(with("9", nullptr).second.find("FJ_CUDA_SCAN_AHEAD=9") != std::string::npos);
     CHECK(with("two", nullptr).second.find("not an integer") != std::string::npos);
-    CHECK(defaults.scan_chain == 0);
+    CHECK(defaults.scan_chain == -1);
     CHECK(with(nullptr, nullptr, "1").first.scan_chain == 1);
+    CHECK(with(nullptr, nullptr, "0").first.scan_chain == 0);
     CHECK(with(nullptr, nullptr, "2").second.find("FJ_CUDA_SCAN_CHAIN") != std::string::npos);
 }
 

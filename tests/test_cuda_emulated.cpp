@@ -513,7 +513,7 @@ TEST_CASE("chained window-scan kernels, run on the host, match the reference") {
     if (!emulation_ready(&cxx, &dir)) return;
     using fj::window;
     const fj::Expr A = fj::input("A"), B = fj::input("B");
-    // Windows that batches of 16 to 32 rows divide (R = 20, 32, 24, 17, 25, 32, 20, 20), minimum periods, fused
+    // Windows that batches of 16 to 32 rows divide (R = 20, 32, 24, 17, 25, 32, 20, 20, 17), minimum periods, fused
     // outputs over one window, and one window that only the plain window scan takes (45: no such batch).
     std::vector<std::pair<std::string, fj::Expr>> cases = {
         {"corr40", fj::corr(window(A, 40), window(B, 40))},
@@ -526,6 +526,9 @@ TEST_CASE("chained window-scan kernels, run on the host, match the reference") {
         // Batches of 20 rows: "x changed in the window" is tested against 19 rows, fewer than a batch (see
         // below).
         {"corr20", fj::corr(window(A, 20), window(B, 20))},
+        // 17 batches of 17 rows: more batches in the window than warps, so that the leaving batch's sums are
+        // there without a wait of their own (see cuda_chain_emit.cpp's K).
+        {"cov289", fj::cov(window(A, 289, 30), window(B, 289, 30))},
     };
     std::vector<std::pair<std::string, fj::Expr>> fused = {{"corr40", fj::corr(window(A, 40), window(B, 40))},
                                                            {"std40", fj::std(window(B, 40))}};

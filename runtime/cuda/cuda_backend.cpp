@@ -64,7 +64,7 @@ CudaSettings CudaSettings::from_env() {
     s.window_scan = env_int("FJ_CUDA_WINDOW_SCAN", -1, -1, 1);
     s.scan_ahead = env_int("FJ_CUDA_SCAN_AHEAD", 0, 0, 8);
     s.scan_warps = env_int("FJ_CUDA_SCAN_WARPS", 0, 0, 16);
-    s.scan_chain = env_int("FJ_CUDA_SCAN_CHAIN", s.scan_chain, 0, 1);
+    s.scan_chain = env_int("FJ_CUDA_SCAN_CHAIN", s.scan_chain, -1, 1);
     if (s.scan_warps != 0 && s.scan_warps != 8 && s.scan_warps != 16)
         throw Error(fmt::format("FJ_CUDA_SCAN_WARPS={} is not 8 or 16", s.scan_warps));
     if (s.launch_bounds % 32) throw Error(fmt::format("FJ_CUDA_LAUNCH_BOUNDS={} is not a multiple of 32", s.launch_bounds));
@@ -135,9 +135,11 @@ codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype
         scan.window_scan = true;
         scan.window_scan_ahead = settings.scan_ahead;
         scan.window_scan_warps = settings.scan_warps;
-        if (settings.scan_chain == 1) {  // the chained variant where the kernel's sums split
-            codegen::CudaEmitOptions chain = scan;
-            chain.window_scan_chain = true;
+        codegen::CudaEmitOptions chain = scan;
+        chain.window_scan_chain = true;
+        if (settings.scan_chain == 1 ||
+            (settings.scan_chain == -1 &&
+             codegen::cuda_window_sum_split(kernel, chain).entering.size() >= kChainMinSums)) {  // where sums split
             if (const int bytes = codegen::cuda_window_scan_smem(kernel, chain); bytes > 0) {
                 if (block_smem) *block_smem = bytes;
                 return chain;

@@ -81,6 +81,14 @@ inline constexpr int kCacheHintMinLag = 64;
 // 11.18 / 8.89, mean w=500 12.58 / 9.38.
 inline constexpr int kWindowScanMinLag = 128;
 inline constexpr int kWindowScanMinInputs = 2;
+// Window scans whose sums split are chained (codegen/cuda_chain_emit.cpp) by default when they keep at least
+// this many window sums: the chain's warps run without block barriers but sum each batch's entering terms
+// twice (once to hand the sums over, once row by row), which pays where the rows' work bounds the kernel
+// and not where the memory does. Measured on the H200, 50,000 x 50,000 float32, one visit (bench/RESULTS.md,
+// seventh session; ms, chained / window scan): corr (5 sums) w=250 10.70 and 10.99 / 12.05 and 12.20,
+// w=128 10.21 / 12.01; cov (3 sums) w=250 8.62 / 8.32; one input (the column scan's, see above) std w=500
+// 9.59 / 8.85 (column scan), mean w=500 9.78 / 9.38 (column scan).
+inline constexpr std::size_t kChainMinSums = 4;
 // Waves of blocks a window scan's time tiles aim at (LaunchInput::waves): few, because each tile pays a
 // halo, guarded first batches and the search for first values, and a 32-column block is short already
 // (H200, corr w=250: 6 tiles of 8,334 rows 13.38 ms, 2 or 1 tile(s) 13.10 / 13.09 ms).
@@ -112,7 +120,7 @@ struct CudaSettings {
     int window_scan = -1;                 // FJ_CUDA_WINDOW_SCAN: 1 wherever possible, 0 never, -1 by long_window_inputs()
     int scan_ahead = 0;                   // FJ_CUDA_SCAN_AHEAD: window scans' batches copied ahead (0: as many as fit)
     int scan_warps = 0;                   // FJ_CUDA_SCAN_WARPS: window scans' warps per block, 8 or 16 (0: 8)
-    int scan_chain = 0;                   // FJ_CUDA_SCAN_CHAIN: 1: chained window scans where sums split
+    int scan_chain = -1;                  // FJ_CUDA_SCAN_CHAIN: 1 wherever sums split, 0 never, -1 by kChainMinSums
     std::vector<std::string> extra_options;  // FJ_NVRTC_OPTIONS, appended to NVRTC's (part of the cache key)
     static CudaSettings from_env();
 };
