@@ -25,6 +25,7 @@
 #include "test_data.hpp"
 
 #ifdef FJ_WITH_CUDA
+#include "runtime/cuda/cuda_backend.hpp"
 #include "runtime/cuda/launch_config.hpp"
 
 namespace {
@@ -167,10 +168,10 @@ public:
     // ld_in/ld_out > 0: kernels specialised on those leading dimensions (CudaEmitOptions::strides).
     // window_scan: window-scan kernels (CudaEmitOptions::window_scan), run with a thread per CUDA thread,
     // scan_ahead batches copied ahead, scan_warps warps per block (0: the defaults); chain: chained window
-    // scans (CudaEmitOptions::window_scan_chain).
+    // scans (CudaEmitOptions::window_scan_chain); unroll: rows per load batch (CudaEmitOptions::unroll).
     Emulated(const std::vector<const fj::ir::Kernel*>& kernels, fj::DType dtype, const std::string& dir,
              const std::string& cxx, long long ld_in = 0, long long ld_out = 0, bool window_scan = false,
-             int scan_ahead = 0, int scan_warps = 0, bool chain = false)
+             int scan_ahead = 0, int scan_warps = 0, bool chain = false, int unroll = 3)
         : window_scan_(window_scan),
           scan_warps_(chain ? fj::codegen::kWindowScanChainWarps : scan_warps > 0 ? scan_warps : fj::codegen::kWindowScanWarps),
           chain_(chain) {
@@ -180,7 +181,7 @@ public:
             k.name = "fj_emu" + std::to_string(i);  // kernel names of different plans may coincide
             fj::codegen::CudaEmitOptions o;
             o.dtype = dtype;
-            o.unroll = 3;  // not a divisor of the tile lengths used: the remainder loop runs too
+            o.unroll = unroll;  // 3: not a divisor of the tile lengths used, the remainder loop runs too
             if (ld_in > 0) {
                 o.l2_prefetch_rows = 5;
                 // float32: loads staged in "shared memory" (kernels with too many fall back to registers);
@@ -394,7 +395,9 @@ TEST_CASE("generated kernels, run on the host, match the reference") {
             first_kernel.push_back(kernels.size());
             for (const auto& r : p.regions) kernels.push_back(&r.kernel);
         }
-        Emulated emu(kernels, dtype, dir, cxx);
+        // Generic kernels with the runtime's default rows per batch (CudaSettings::unroll); specialised ones
+        // with 3 (a remainder loop).
+        Emulated emu(kernels, dtype, dir, cxx, 0, 0, false, 0, 0, false, fj::rt::cuda::CudaSettings{}.unroll);
         REQUIRE_MESSAGE(emu.error().empty(), emu.error());
         // Every program once more, on kernels specialised on the panels' leading dimensions.
         Emulated fixed(kernels, dtype, dir, cxx, padded.ld_in, padded.ld_out);

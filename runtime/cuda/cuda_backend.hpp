@@ -8,7 +8,7 @@
 //                       or ~/.cache/factorjit)
 //   FJ_DUMP_DIR         write every generated CUDA source there (<kernel>-<key hash>.cu)
 //   FJ_CUDA_DEVICE      device ordinal (default 0)
-//   FJ_CUDA_UNROLL      rows per load batch in generated kernels (default 4, and 16 for big panels; 1..16)
+//   FJ_CUDA_UNROLL      rows per load batch in generated kernels (default 1, and 16 for big panels; 1..16)
 //   FJ_CUDA_FMAD        1: let NVRTC contract a*b+c into FMA (default 0: the same IEEE operations as the
 //                       CPU backend, so both backends round identically except in exp/log/pow)
 //   FJ_CUDA_BLOCK       threads per block (default: the occupancy API's choice)
@@ -100,9 +100,12 @@ inline constexpr int kNvrtcMinimalVersion = 12040;
 
 // Code-generation settings that are not in CompileOptions (benchmark knobs), read from the environment.
 struct CudaSettings {
-    // Rows per batch of the generic kernels (small panels): short, so that a cold compile stays fast
-    // (NVRTC's time grows with the copies of the body); big panels get kSpecializedUnroll.
-    int unroll = 4;
+    // Rows per batch of the generic kernels (small panels, below kSpecializeElements): one, so that a cold
+    // compile stays fast (NVRTC's time grows with the copies of the body); big panels get
+    // kSpecializedUnroll. H200, cold compiles of new sources (bench_gpu --j1, bench/RESULTS.md seventh
+    // session), median of J1's five kernels: 222 ms with 4 rows, 193 with 2, 165 with 1; the generic kernels'
+    // run time did not move (corr w=20, 20,000 x 20,000: 2.133 / 2.143 ms; 5,000 x 4,000: 0.136 / 0.136).
+    int unroll = 1;
     bool unroll_given = false;  // FJ_CUDA_UNROLL set: kernels specialised on leading dimensions use it too
     bool fmad = false;
     int reg_ring_max = 16;
