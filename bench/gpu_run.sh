@@ -4,8 +4,10 @@
 # with --peers, /work/shared/peers/rolling_corr_peers.py (copied to .carry/) at 50,000 x $PEERS_N (10,000).
 # A short table comes last. Logs go to $OUT (the device tool's output folder) or /tmp/fj_gpu_out.
 #
-#   bench/gpu_run.sh [--quick] [--peers] [--profile] [--no-tests] [--no-bench] [--no-xcheck]
+#   bench/gpu_run.sh [--quick] [--peers] [--profile] [--no-tests] [--no-bench] [--no-xcheck] [--kernel-suites]
 # --profile: SASS instruction counts of the headline kernel (cuobjdump) and an ncu run of it.
+# --kernel-suites: the GPU suite twice more, on window scans and on chained window scans wherever a kernel
+# can be one (about 10 more minutes: with them the visit no longer fits one 600 s device call).
 #
 # Prepare on the development machine (once):
 #   mkdir -p .carry/fmt_include && cp -r /usr/include/fmt .carry/fmt_include/
@@ -16,7 +18,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 LOG=${OUT:-/tmp/fj_gpu_out}
 mkdir -p "$LOG"
-QUICK="" PEERS=0 TESTS=1 BENCH=1 PROFILE=0 XCHECK=1
+QUICK="" PEERS=0 TESTS=1 BENCH=1 PROFILE=0 XCHECK=1 SUITES=0
 for a in "$@"; do
   case "$a" in
     --quick) QUICK=--quick ;;
@@ -24,6 +26,7 @@ for a in "$@"; do
     --no-tests) TESTS=0 ;;
     --no-bench) BENCH=0 ;;
     --no-xcheck) XCHECK=0 ;;
+    --kernel-suites) SUITES=1 ;;
     --profile) PROFILE=1 ;;
     *) echo "unknown option $a"; exit 2 ;;
   esac
@@ -65,6 +68,19 @@ fi
 [ $ok = 1 ] || { cat "$BUILD"/cuda_tests/*.log | grep -E "error" -A3 | head -40; echo "CUDA tests did not build"; }
 echo "== built in $(( $(date +%s) - t0 )) s"
 
+# The GPU suite under the given FJ_* settings (label, log name, VAR=value...), appended to TEST_SUMMARY.
+gpu_suite() {
+  local label=$1 log=$2 t0 rc summary
+  shift 2
+  t0=$(date +%s)
+  env "$@" "$BUILD/cuda_tests/fj_cuda_tests" --no-intro -ts=cuda_gpu > "$LOG/$log.log" 2>&1
+  rc=$?
+  grep -E "ERROR|FAILED" -A6 "$LOG/$log.log" | head -40
+  summary="rc=$rc; $(grep -E '^\[doctest\] (test cases|assertions)' "$LOG/$log.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
+  echo "== GPU tests, $label: $summary"
+  TEST_SUMMARY="$TEST_SUMMARY; $label: $summary"
+}
+
 export FJ_CACHE_DIR=$BUILD/kernel_cache
 rm -rf "$FJ_CACHE_DIR"
 TEST_SUMMARY="not run"
@@ -75,23 +91,13 @@ if [ $TESTS = 1 ] && [ -x "$BUILD/cuda_tests/fj_cuda_tests" ]; then
   grep -E "ERROR|FAILED|MESSAGE|skipped" -A6 "$LOG/tests.log" | head -60
   TEST_SUMMARY="rc=$rc; $(grep -E '^\[doctest\] (test cases|assertions)' "$LOG/tests.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
   echo "== tests: $TEST_SUMMARY"
-  # The GPU suite again with every kernel specialised on its leading dimensions and a (plain) window scan
-  # wherever one can be (the defaults give window scans only to big panels with long windows).
-  t0=$(date +%s)
-  FJ_CUDA_FIXED_LD=1 FJ_CUDA_WINDOW_SCAN=1 FJ_CUDA_SCAN_CHAIN=0 "$BUILD/cuda_tests/fj_cuda_tests" --no-intro -ts=cuda_gpu > "$LOG/tests_scan.log" 2>&1
-  rc=$?
-  grep -E "ERROR|FAILED" -A6 "$LOG/tests_scan.log" | head -40
-  SCAN_SUMMARY="rc=$rc; $(grep -E '^\[doctest\] (test cases|assertions)' "$LOG/tests_scan.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
-  echo "== GPU tests, window scans wherever possible: $SCAN_SUMMARY"
-  TEST_SUMMARY="$TEST_SUMMARY; window scans: $SCAN_SUMMARY"
-  # And with chained window scans wherever the sums split (FJ_CUDA_SCAN_CHAIN=1).
-  t0=$(date +%s)
-  FJ_CUDA_FIXED_LD=1 FJ_CUDA_WINDOW_SCAN=1 FJ_CUDA_SCAN_CHAIN=1 "$BUILD/cuda_tests/fj_cuda_tests" --no-intro -ts=cuda_gpu > "$LOG/tests_chain.log" 2>&1
-  rc=$?
-  grep -E "ERROR|FAILED" -A6 "$LOG/tests_chain.log" | head -40
-  CHAIN_SUMMARY="rc=$rc; $(grep -E '^\[doctest\] (test cases|assertions)' "$LOG/tests_chain.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
-  echo "== GPU tests, chained window scans wherever possible: $CHAIN_SUMMARY"
-  TEST_SUMMARY="$TEST_SUMMARY; chained window scans: $CHAIN_SUMMARY"
+  if [ $SUITES = 1 ]; then
+    # The GPU suite again with every kernel specialised on its leading dimensions and a (plain) window scan
+    # wherever one can be (the defaults give window scans only to big panels with long windows), then with
+    # chained window scans wherever the sums split. Cold compiles: about 5 minutes each on the H200.
+    gpu_suite "window scans wherever possible" tests_scan FJ_CUDA_FIXED_LD=1 FJ_CUDA_WINDOW_SCAN=1 FJ_CUDA_SCAN_CHAIN=0
+    gpu_suite "chained window scans wherever possible" tests_chain FJ_CUDA_FIXED_LD=1 FJ_CUDA_WINDOW_SCAN=1 FJ_CUDA_SCAN_CHAIN=1
+  fi
 fi
 
 # CUDA against the CPU backend's results made on the development machine (tests/cross_backend), with the
