@@ -117,6 +117,15 @@ void Emitter::chain_loads(int ind, const std::vector<bool>& phase, int i) {
     }
 }
 
+// Row i of a group, opened: the values the phase's instructions read (its inputs at every lag, previous
+// values, sticky first values).
+void Emitter::chain_row_begin(int ind, const std::vector<bool>& phase, int i, bool guarded) {
+    line(ind, "{{  // row u_seg + {}", i);
+    chain_loads(ind + 1, phase, i);
+    scan_prev_values(ind + 1, i);
+    scan_sticky_values(ind + 1, i, guarded, phase);
+}
+
 // The loop over a batch's row groups (H.group rows an iteration): the group's first row and its row
 // pointers at every lag read.
 void Emitter::chain_group_begin(int ind) {
@@ -161,10 +170,7 @@ void Emitter::chain_batch(int ind, bool guarded) {
     chain_group_begin(in);
     ++in;
     for (int i = 0; i < H.group; ++i) {
-        line(in, "{{  // row u_seg + {}", i);
-        chain_loads(in + 1, in_e, i);
-        scan_prev_values(in + 1, i);
-        scan_sticky_values(in + 1, i, guarded, in_e);
+        chain_row_begin(in, in_e, i, guarded);
         for (std::size_t x = 0; x < n; ++x)
             if (in_e[x]) inst(in + 1, i, x);
         for (std::size_t q = 0; q < P.sums.size(); ++q)
@@ -239,10 +245,7 @@ void Emitter::chain_batch(int ind, bool guarded) {
     ++in;
     for (std::size_t o = 0; o < k_.outputs.size(); ++o) line(in, "{}* const out{} = p.out{} + t * ld_out{} + j;", T_, o, o, o);
     for (int i = 0; i < H.group; ++i) {
-        line(in, "{{  // row u_seg + {}", i);
-        chain_loads(in + 1, both, i);
-        scan_prev_values(in + 1, i);
-        scan_sticky_values(in + 1, i, guarded, both);
+        chain_row_begin(in, both, i, guarded);
         for (std::size_t x = 0; x < n; ++x)
             if (P.in_a[x]) inst(in + 1, i, x);
         for (const ScanCounter& c : P.counters) {

@@ -206,6 +206,7 @@ private:
     ChainPlan chain_;
     void chain_plan();
     void chain_loads(int ind, const std::vector<bool>& phase, int i);
+    void chain_row_begin(int ind, const std::vector<bool>& phase, int i, bool guarded);
     void chain_batch(int ind, bool guarded);
     void chain_group_begin(int ind);
     bool scan_mode_ = false;  // emitting the window-scan kernel: stores also test the lane and row_end
