@@ -128,14 +128,12 @@ int cmd_compile(const std::vector<std::string>& argv) {
         std::printf("kernel %s (%s, %s): NVRTC %.1f ms, %s, %s bytes local, cubin %zu bytes\n", k.function.c_str(),
                     std::string(fj::dtype_name(dtype)).c_str(), arch.c_str(), k.compile_ms, regs.c_str(),
                     k.stack_bytes >= 0 ? std::to_string(k.stack_bytes).c_str() : "?", k.entry.image.size());
-        if (k.block_smem && k.emitted.window_scan_chain)
+        if (k.scan.smem_bytes && k.emitted.window_scan_chain)
             std::printf("  chained window scan: the windows of %d columns per block, batches of %d rows, in %d bytes of shared memory\n",
-                        fj::codegen::kWindowScanColumns,
-                        fj::codegen::cuda_window_scan_rows(*kernels[static_cast<std::size_t>(&k - done.data())], k.emitted),
-                        k.block_smem);
-        else if (k.block_smem)
+                        fj::codegen::kWindowScanColumns, k.scan.box_rows, k.scan.smem_bytes);
+        else if (k.scan.smem_bytes)
             std::printf("  window scan: the windows of %d columns per block in %d bytes of shared memory\n",
-                        fj::codegen::kWindowScanColumns, k.block_smem);
+                        fj::codegen::kWindowScanColumns, k.scan.smem_bytes);
         else
             std::printf("  %d row(s) per batch%s\n", k.emitted.unroll,
                         k.smem_per_thread ? fmt::format(", loads staged in shared memory ({} batches, {} bytes per thread)",

@@ -87,15 +87,10 @@ void Emitter::chain_plan() {
     H.ok = true;
 }
 
-int Emitter::chain_smem_bytes(std::string* why_not) {
+WindowScanLayout Emitter::chain_layout() {
     chain_plan();
-    if (!chain_.ok && why_not) *why_not = chain_.why_not;
-    return chain_.ok ? chain_.smem_bytes : 0;
-}
-
-int Emitter::chain_rows() {
-    chain_plan();
-    return chain_.ok ? chain_.rows : 0;
+    if (!chain_.ok) return {0, 0, 0, chain_.why_not};
+    return {chain_.smem_bytes, chain_.rows, static_cast<int>(scan_.sums.size()), ""};
 }
 
 // The ring values `phase` reads in row i of the row group (u_seg: its first row), each row once: input

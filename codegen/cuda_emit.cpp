@@ -29,14 +29,9 @@ std::string emit_cuda(const ir::Kernel& kernel, const CudaEmitOptions& options) 
     return Emitter(kernel, options).run();
 }
 
-int cuda_window_scan_smem(const ir::Kernel& kernel, const CudaEmitOptions& options, std::string* why_not) {
-    if (options.window_scan_chain) return Emitter(kernel, options).chain_smem_bytes(why_not);
-    return Emitter(kernel, options).scan_smem_bytes(why_not);
-}
-
-int cuda_window_scan_rows(const ir::Kernel& kernel, const CudaEmitOptions& options) {
-    if (!options.window_scan_chain) return kWindowScanBatchRows;
-    return Emitter(kernel, options).chain_rows();
+WindowScanLayout cuda_window_scan_layout(const ir::Kernel& kernel, const CudaEmitOptions& options) {
+    Emitter e(kernel, options);
+    return options.window_scan_chain ? e.chain_layout() : e.scan_layout();
 }
 
 WindowSplit cuda_window_sum_split(const ir::Kernel& kernel, const CudaEmitOptions& options) {

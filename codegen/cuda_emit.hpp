@@ -153,12 +153,23 @@ inline constexpr int kWindowScanChainWarps = 16;
 inline constexpr int kWindowScanChainMinRows = 16;
 inline constexpr int kWindowScanChainAhead = 2;
 inline constexpr int kWindowScanChainMaxSharedBytes = 227 * 1024;
-// Rows of the tensor copies' box of a window scan (the runtime's tensor maps of each input's batches):
-// kWindowScanBatchRows, or a chained window scan's batch rows.
-int cuda_window_scan_rows(const ir::Kernel& kernel, const CudaEmitOptions& options);
-// Dynamic shared memory per block of the window-scan kernel of `kernel` with these options, or 0 when it
-// cannot run as one (why_not, when given, says why).
-int cuda_window_scan_smem(const ir::Kernel& kernel, const CudaEmitOptions& options, std::string* why_not = nullptr);
+// What launching the window-scan kernel of `kernel` with these options (plain or chained) takes, from one
+// plan of it: its dynamic shared memory per block (0 when it cannot run as one; why_not says why), the rows
+// of its tensor copies' batch box (the runtime's tensor maps: kWindowScanBatchRows, or a chained scan's
+// batch rows) and the window sums it keeps.
+struct WindowScanLayout {
+    int smem_bytes = 0;
+    int box_rows = 0;
+    int sums = 0;
+    std::string why_not;
+};
+WindowScanLayout cuda_window_scan_layout(const ir::Kernel& kernel, const CudaEmitOptions& options);
+// Its shared memory alone (0: it cannot be one).
+inline int cuda_window_scan_smem(const ir::Kernel& kernel, const CudaEmitOptions& options, std::string* why_not = nullptr) {
+    WindowScanLayout l = cuda_window_scan_layout(kernel, options);
+    if (why_not) *why_not = std::move(l.why_not);
+    return l.smem_bytes;
+}
 // The window sums of a kernel that can be a window scan with these options, split into the terms rows
 // add as they enter and take away w rows later (codegen/window_terms.hpp); not ok, with why_not, when
 // the kernel cannot be a window scan or its sums do not split so.

@@ -144,17 +144,16 @@ public:
     // The whole translation unit of the window-scan kernel; throws BackendError when the kernel cannot
     // be one (scan_plan() says why).
     std::string run_scan();
-    // Dynamic shared memory per block of the window-scan kernel, or 0 with *why_not set when the kernel
-    // cannot run as one.
-    int scan_smem_bytes(std::string* why_not);
+    // The window-scan kernel's launch needs (cuda_window_scan_layout): smem_bytes 0 and why_not set when
+    // the kernel cannot run as one.
+    WindowScanLayout scan_layout();
     // The window sums of a kernel that can run as a window scan (planned), split into entering and leaving
     // terms (window_terms.hpp); why_not says why the kernel cannot run as a window scan at all.
     WindowSplit scan_window_split();
-    // The chained window scan's translation unit (throws BackendError when the kernel cannot be one), its
-    // dynamic shared memory per block (0 with *why_not set when it cannot be one) and its batch rows.
+    // The chained window scan's translation unit (throws BackendError when the kernel cannot be one) and
+    // launch needs (as scan_layout()).
     std::string run_chain();
-    int chain_smem_bytes(std::string* why_not);
-    int chain_rows();
+    WindowScanLayout chain_layout();
 
 private:
     struct ScanSum { int state; std::int32_t root; };                       // s := s + (row terms)

@@ -304,10 +304,10 @@ void Emitter::scan_count_tests() {
     }
 }
 
-int Emitter::scan_smem_bytes(std::string* why_not) {
+WindowScanLayout Emitter::scan_layout() {
     scan_plan();
-    if (!scan_.ok && why_not) *why_not = scan_.why_not;
-    return scan_.ok ? scan_.smem_bytes : 0;
+    if (!scan_.ok) return {0, 0, 0, scan_.why_not};
+    return {scan_.smem_bytes, kWindowScanBatchRows, static_cast<int>(scan_.sums.size()), ""};
 }
 
 // A value the results phase (or a guarded row) defines instead of computing it, in the form inst() expects.

@@ -191,7 +191,7 @@ static void check_window_scans_compile(const std::vector<std::pair<std::string, 
         CAPTURE(k.function);
         CHECK(k.emitted.window_scan);
         CHECK(k.emitted.window_scan_chain == chain);
-        CHECK(k.block_smem > 0);
+        CHECK(k.scan.smem_bytes > 0);
         CHECK(k.stack_bytes == 0);
         CHECK(k.registers <= 128);
         CHECK(k.log.find("warning") == std::string::npos);
@@ -358,7 +358,7 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         cu::CudaSettings column;
         column.window_scan = 0;
         const auto long_window = specialised(long_plan, column);
-        CHECK(long_window.block_smem == 0);
+        CHECK(long_window.scan.smem_bytes == 0);
         CHECK(long_window.source.find("FJ_LD_KEEP(x0_15, &in0[31LL * ld_in0], fj_keep);") != std::string::npos);
         CHECK(long_window.source.find("FJ_LD_LAST(x0_m250, &in0[-234LL * ld_in0]);") != std::string::npos);
         // By default a window that long is a window scan (kWindowScanMinLag): its rings of 384 rows for A and B
@@ -368,11 +368,11 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         plain.scan_chain = 0;
         const auto scan = specialised(long_plan, plain);
         CHECK(scan.emitted.window_scan);
-        CHECK(scan.block_smem == 2 * (384 + 4) * 32 * 4 + 9 * 32 * (5 * 8 + 3 * 4) + 4 * 8 + 16);
+        CHECK(scan.scan.smem_bytes == 2 * (384 + 4) * 32 * 4 + 9 * 32 * (5 * 8 + 3 * 4) + 4 * 8 + 16);
         cu::CudaSettings two_ahead = plain;
         two_ahead.scan_ahead = 2;
         const auto scan2 = specialised(long_plan, two_ahead);
-        CHECK(scan2.block_smem == 2 * (352 + 4) * 32 * 4 + 9 * 32 * (5 * 8 + 3 * 4) + 3 * 8 + 16);
+        CHECK(scan2.scan.smem_bytes == 2 * (352 + 4) * 32 * 4 + 9 * 32 * (5 * 8 + 3 * 4) + 3 * 8 + 16);
         CHECK(scan2.key != scan.key);
         // cov's 3 sums: as many ahead as fit (4), in rings of 416 rows.
         const fj::codegen::Plan cov_plan =
@@ -405,19 +405,19 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         const auto chain = specialised(long_plan, chained);
         CHECK(chain.emitted.window_scan_chain);
         CHECK(chain.source.find("__launch_bounds__(512, 1)") != std::string::npos);
-        CHECK(chain.block_smem == 2 * (28 * 25 + 4) * 32 * 4 + 27 * 5 * 32 * 8 + 2 * 32 * (5 * 8 + 3 * 4) + (2 * 28 + 16) * 8 + 16);
+        CHECK(chain.scan.smem_bytes == 2 * (28 * 25 + 4) * 32 * 4 + 27 * 5 * 32 * 8 + 2 * 32 * (5 * 8 + 3 * 4) + (2 * 28 + 16) * 8 + 16);
         CHECK(chain.registers > 0);
         CHECK(chain.registers <= 128);
         CHECK(chain.key != scan.key);
         CHECK(chain.key.find("chain=1") != std::string::npos);
         const auto cov_chain = specialised(cov_plan, chained);
         CHECK(cov_chain.emitted.window_scan_chain);
-        CHECK(cov_chain.block_smem == 2 * (28 * 25 + 4) * 32 * 4 + 27 * 3 * 32 * 8 + 2 * 32 * (3 * 8 + 1 * 4) + (2 * 28 + 16) * 8 + 16);
+        CHECK(cov_chain.scan.smem_bytes == 2 * (28 * 25 + 4) * 32 * 4 + 27 * 3 * 32 * 8 + 2 * 32 * (3 * 8 + 1 * 4) + (2 * 28 + 16) * 8 + 16);
         // By default (FJ_CUDA_SCAN_CHAIN=-1) chained where the window scan keeps kChainMinSums sums or more:
         // corr's 5, not cov's 3.
         const auto by_default = specialised(long_plan, cu::CudaSettings{});
         CHECK(by_default.emitted.window_scan_chain);
-        CHECK(by_default.block_smem == chain.block_smem);
+        CHECK(by_default.scan.smem_bytes == chain.scan.smem_bytes);
         const auto cov_default = specialised(cov_plan, cu::CudaSettings{});
         CHECK(cov_default.emitted.window_scan);
         CHECK_FALSE(cov_default.emitted.window_scan_chain);
@@ -430,13 +430,13 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         // so it does for short windows; FJ_CUDA_WINDOW_SCAN=1 asks for a window scan wherever one can be.
         const fj::codegen::Plan one = fj::codegen::make_plan({{"o", fj::std(fj::window(A, 300))}});
         CHECK(cu::long_window_inputs(one.regions[0].kernel) == 1);
-        CHECK(specialised(one, cu::CudaSettings{}).block_smem == 0);
+        CHECK(specialised(one, cu::CudaSettings{}).scan.smem_bytes == 0);
         cu::CudaSettings always;
         always.window_scan = 1;
-        CHECK(specialised(one, always).block_smem > 0);
+        CHECK(specialised(one, always).scan.smem_bytes > 0);
         const fj::codegen::Plan short_corr = fj::codegen::make_plan({{"o", fj::corr(fj::window(A, 100), fj::window(B, 100))}});
         CHECK(cu::long_window_inputs(short_corr.regions[0].kernel) == 0);
-        CHECK(specialised(short_corr, cu::CudaSettings{}).block_smem == 0);
+        CHECK(specialised(short_corr, cu::CudaSettings{}).scan.smem_bytes == 0);
     }
 
     SUBCASE("loads staged in shared memory (cp.async)") {

@@ -197,7 +197,7 @@ public:
             o.window_scan_ahead = scan_ahead;
             o.window_scan_warps = scan_warps;
             o.window_scan_chain = chain;
-            box_rows_.push_back(window_scan ? fj::codegen::cuda_window_scan_rows(k, o) : 0);
+            box_rows_.push_back(window_scan ? fj::codegen::cuda_window_scan_layout(k, o).box_rows : 0);
             src += "#undef FJ_NAN\n" + fj::codegen::emit_cuda(k, o);
             if (window_scan) {
                 src += "extern \"C\" void run_" + k.name + "(const void* w, unsigned gx, unsigned gy, unsigned block) {\n"
@@ -579,7 +579,7 @@ TEST_CASE("chained window-scan kernels, run on the host, match the reference") {
         CHECK(long_src.find("_249 = fj_e") != std::string::npos);
         CHECK(long_src.find("- max(fj_e") == std::string::npos);
         CHECK(long_src.find("Chained window scan") != std::string::npos);
-        CHECK(fj::codegen::cuda_window_scan_rows(corr250.regions[0].kernel, o) == 25);
+        CHECK(fj::codegen::cuda_window_scan_layout(corr250.regions[0].kernel, o).box_rows == 25);
         const std::string short_src = fj::codegen::emit_cuda(plans[7].regions[0].kernel, o);  // corr20
         CHECK(short_src.find("_19 = fj_e") != std::string::npos);
         CHECK(short_src.find("- max(fj_e") == std::string::npos);

@@ -111,8 +111,8 @@ int long_window_inputs(const ir::Kernel& kernel) {
 
 codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype, const CudaSettings& settings,
                                            const std::vector<long long>& strides, const std::string& arch,
-                                           int* block_smem) {
-    if (block_smem) *block_smem = 0;
+                                           codegen::WindowScanLayout* scan_layout) {
+    if (scan_layout) *scan_layout = {};
     codegen::CudaEmitOptions eo;
     eo.dtype = dtype;
     eo.unroll = settings.unroll;
@@ -135,18 +135,17 @@ codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype
         scan.window_scan = true;
         scan.window_scan_ahead = settings.scan_ahead;
         scan.window_scan_warps = settings.scan_warps;
-        codegen::CudaEmitOptions chain = scan;
+        codegen::CudaEmitOptions chain = scan;  // the chained variant, where the kernel's sums split
         chain.window_scan_chain = true;
-        if (settings.scan_chain == 1 ||
-            (settings.scan_chain == -1 &&
-             codegen::cuda_window_sum_split(kernel, chain).entering.size() >= kChainMinSums)) {  // where sums split
-            if (const int bytes = codegen::cuda_window_scan_smem(kernel, chain); bytes > 0) {
-                if (block_smem) *block_smem = bytes;
+        if (settings.scan_chain != 0) {
+            codegen::WindowScanLayout l = codegen::cuda_window_scan_layout(kernel, chain);
+            if (l.smem_bytes > 0 && (settings.scan_chain == 1 || l.sums >= kChainMinSums)) {
+                if (scan_layout) *scan_layout = std::move(l);
                 return chain;
             }
         }
-        if (const int bytes = codegen::cuda_window_scan_smem(kernel, scan); bytes > 0) {
-            if (block_smem) *block_smem = bytes;
+        if (codegen::WindowScanLayout l = codegen::cuda_window_scan_layout(kernel, scan); l.smem_bytes > 0) {
+            if (scan_layout) *scan_layout = std::move(l);
             return scan;
         }
     }
@@ -165,7 +164,7 @@ CudaCompiled compile_cuda_kernel(const ir::Kernel& kernel, DType dtype, const st
     c.function = codegen::cuda_kernel_name(kernel);
     c.key = cuda_kernel_key(kernel, dtype, arch, cubin, settings, strides);
     const auto t0 = std::chrono::steady_clock::now();
-    c.emitted = cuda_emit_options(kernel, dtype, settings, strides, arch, &c.block_smem);
+    c.emitted = cuda_emit_options(kernel, dtype, settings, strides, arch, &c.scan);
     c.smem_per_thread = codegen::cuda_shared_bytes_per_thread(kernel, c.emitted);
     c.source = codegen::emit_cuda(kernel, c.emitted);
     c.emit_ms = ms_since(t0);
@@ -249,7 +248,7 @@ struct LoadedKernel {
     int smem_per_thread = 0;  // dynamic shared memory the kernel uses per thread (staged loads)
     int block_smem = 0;       // window-scan kernels: dynamic shared memory per block (blocks of their
                               // __launch_bounds__ threads owning codegen::kWindowScanColumns columns)
-    int box_rows = 0;         // window-scan kernels: rows of their tensor copies (codegen::cuda_window_scan_rows)
+    int box_rows = 0;         // window-scan kernels: rows of their tensor copies (codegen::WindowScanLayout)
 };
 
 // Where a kernel argument's panel comes from in a run: the program's inputs or outputs, or an
@@ -730,14 +729,13 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
                                                            bool column_only, CacheSource* source, double* ms) {
         CudaSettings settings = fixed_settings;
         if (column_only) settings.window_scan = 0;
-        int block_smem = 0;
-        codegen::CudaEmitOptions eo = cuda_emit_options(k, dtype, settings, strides, target_.arch, &block_smem);
+        codegen::WindowScanLayout scan;
+        codegen::CudaEmitOptions eo = cuda_emit_options(k, dtype, settings, strides, target_.arch, &scan);
         // A window scan needs its rings in one block's shared memory: on devices that allow less per block
         // than it needs (kWindowScanMaxSharedBytes is sized for sm_90), the column scan instead.
-        if (block_smem > dev_.smem_optin) {
+        if (scan.smem_bytes > dev_.smem_optin) {
             settings.window_scan = 0;
-            eo = cuda_emit_options(k, dtype, settings, strides, target_.arch);
-            block_smem = 0;
+            eo = cuda_emit_options(k, dtype, settings, strides, target_.arch, &scan);
         }
         const std::string key = cuda_kernel_key(k, dtype, target_.arch, target_.cubin, settings, strides);
         {
@@ -756,8 +754,8 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
         std::lock_guard<std::mutex> lock(mutex_);
         auto it = loaded_.find(key);
         if (it == loaded_.end()) {
-            it = loaded_.emplace(key, load(key, *r.entry, codegen::cuda_shared_bytes_per_thread(k, eo), block_smem,
-                                           block_smem > 0 ? codegen::cuda_window_scan_rows(k, eo) : 0))
+            it = loaded_.emplace(key, load(key, *r.entry, codegen::cuda_shared_bytes_per_thread(k, eo), scan.smem_bytes,
+                                           scan.box_rows))
                      .first;
         }
         return it->second;

@@ -88,7 +88,7 @@ inline constexpr int kWindowScanMinInputs = 2;
 // seventh session; ms, chained / window scan): corr (5 sums) w=250 10.70 and 10.99 / 12.05 and 12.20,
 // w=128 10.21 / 12.01; cov (3 sums) w=250 8.62 / 8.32; one input (the column scan's, see above) std w=500
 // 9.59 / 8.85 (column scan), mean w=500 9.78 / 9.38 (column scan).
-inline constexpr std::size_t kChainMinSums = 4;
+inline constexpr int kChainMinSums = 4;
 // Waves of blocks a window scan's time tiles aim at (LaunchInput::waves): few, because each tile pays a
 // halo, guarded first batches and the search for first values, and a 32-column block is short already
 // (H200, corr w=250: 6 tiles of 8,334 rows 13.38 ms, 2 or 1 tile(s) 13.10 / 13.09 ms).
@@ -134,10 +134,11 @@ std::vector<std::string> nvrtc_options(const std::string& arch, const CudaSettin
 // The emitter's options for a kernel with these settings (strides: see codegen::CudaEmitOptions) and NVRTC
 // target ("sm_90"): what compile_cuda_kernel generates and what its launches must provide (shared memory).
 // Window scans only for targets of codegen::kWindowScanMinArch or later (their copies are sm_90's);
-// block_smem, when given, receives a window scan's shared memory per block (0 for the column scan).
+// scan, when given, receives a window scan's launch needs (shared memory per block, tensor copies' rows;
+// smem_bytes 0 for the column scan).
 codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype, const CudaSettings& settings,
                                            const std::vector<long long>& strides, const std::string& arch,
-                                           int* block_smem = nullptr);
+                                           codegen::WindowScanLayout* scan = nullptr);
 
 
 // The cache key of a kernel: IR hash, dtype, codegen version, NVRTC target, NVRTC version, options.
@@ -156,7 +157,7 @@ struct CudaCompiled {
     int registers = -1, stack_bytes = -1;  // read from the cubin's ELF (-1 for PTX)
     codegen::CudaEmitOptions emitted;      // how it was generated
     int smem_per_thread = 0;               // dynamic shared memory its launches need per thread
-    int block_smem = 0;                    // window-scan kernels: dynamic shared memory per block
+    codegen::WindowScanLayout scan;        // window-scan kernels: shared memory per block, copies' rows
     std::string log;           // NVRTC warnings
 };
 
