@@ -37,22 +37,8 @@
 // For the library (not done yet): the sums' split is proved from the IR by codegen/window_terms.cpp; the
 // batch rows R must divide w (250: 25; 128: 32; 100: 25; 20: 20), else the window scan stays.
 #include <cuda.h>
-#include <cuda_runtime.h>
 
-#include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
-
-#define CK(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e_ = (x);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            std::fprintf(stderr, "%s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
-            std::exit(1);                                                                      \
-        }                                                                                      \
-    } while (0)
+#include "proto_common.cuh"
 
 constexpr int C = 32;  // columns per block (lanes)
 
@@ -322,57 +308,6 @@ chain_corr(const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUten
     }
 }
 
-// ---- data and reference (as bench/proto/scan_corr.cu) ----------------------------------------------------
-__device__ unsigned long long mixbits(unsigned long long z) {
-    z += 0x9E3779B97F4A7C15ULL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-__device__ float gauss(unsigned long long k) {
-    const unsigned long long h = mixbits(k);
-    const float u1 = ((unsigned)(h >> 40) + 0.5f) * (1.0f / 16777216.0f);
-    const float u2 = ((unsigned)(h & 0xffffffu) + 0.5f) * (1.0f / 16777216.0f);
-    return sqrtf(-2.0f * __logf(u1)) * __cosf(6.2831853f * u2);
-}
-// Random walks around 100 (steps 0.1 N(0,1)), B = 0.5 A + N(0,1); one NaN in about 20,000 values of A;
-// columns 5 and 6 constant over rows 1000-1999 (A, then B).
-__global__ void gen(float* a, float* b, long long rows, long long cols, unsigned long long seed) {
-    const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= cols) return;
-    const unsigned long long base = (seed * 0x100000001b3ULL + (unsigned long long)j) * 0x2545F4914F6CDD1DULL;
-    double p = 100.0 + 5.0 * gauss(base);
-    for (long long t = 0; t < rows; ++t) {
-        const unsigned long long k = base + 2ULL * (unsigned long long)t * 0x9E3779B97F4A7C15ULL;
-        p += 0.1 * gauss(k);
-        const bool hole = (mixbits(k + 7) % 20000) == 0;
-        const bool flat = t >= 1000 && t < 2000;
-        a[t * cols + j] = hole ? __int_as_float(0x7fc00000) : (j == 5 && flat) ? 100.0f : (float)p;
-        b[t * cols + j] = (j == 6 && flat) ? 50.0f : (float)(0.5 * p + gauss(k + 1));
-    }
-}
-
-std::vector<double> host_column(const float* d, long long rows, long long cols, long long j) {
-    std::vector<float> f(rows);
-    CK(cudaMemcpy2D(f.data(), 4, d + j, cols * 4, 4, rows, cudaMemcpyDeviceToHost));
-    return std::vector<double>(f.begin(), f.end());
-}
-
-double ref_corr(const std::vector<double>& x, const std::vector<double>& y, long long t, int w) {
-    if (t + 1 < w) return NAN;
-    double mx = 0, my = 0;
-    for (long long i = t - w + 1; i <= t; ++i) {
-        if (!std::isfinite(x[i]) || !std::isfinite(y[i])) return NAN;
-        mx += x[i], my += y[i];
-    }
-    mx /= w, my /= w;
-    double cxy = 0, vx = 0, vy = 0;
-    for (long long i = t - w + 1; i <= t; ++i)
-        cxy += (x[i] - mx) * (y[i] - my), vx += (x[i] - mx) * (x[i] - mx), vy += (y[i] - my) * (y[i] - my);
-    if (vx <= 0 || vy <= 0) return NAN;
-    return std::clamp(cxy / std::sqrt(vx * vy), -1.0, 1.0);
-}
-
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -380,38 +315,14 @@ using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, 
 int main(int argc, char** argv) {
     const int only = argc > 3 ? std::atoi(argv[3]) : -1;  // run only the configuration of this number
     const long long rows = argc > 1 ? std::atoll(argv[1]) : 50000, cols = argc > 2 ? std::atoll(argv[2]) : 50000;
-    const size_t bytes = static_cast<size_t>(rows) * cols * 4;
-    float *a, *b, *o;
-    CK(cudaMalloc(&a, bytes));
-    CK(cudaMalloc(&b, bytes));
-    CK(cudaMalloc(&o, bytes));
-    gen<<<(cols + 127) / 128, 128>>>(a, b, rows, cols, 1);
-    CK(cudaDeviceSynchronize());
+    const Panels pn = make_panels(rows, cols);
+    float *const a = pn.a, *const b = pn.b, *const o = pn.o;
+    const size_t bytes = pn.bytes;
+    const double bw = pn.bw, floor_ms = pn.floor_ms;
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult qr;
     CK(cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &qr));
     const auto encode = reinterpret_cast<EncodeTiled>(fn);
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    auto median_ms = [&](auto&& launch, int reps) {
-        launch(), launch();
-        std::vector<float> ts;
-        for (int i = 0; i < reps; ++i) {
-            CK(cudaEventRecord(e0));
-            launch();
-            CK(cudaEventRecord(e1));
-            CK(cudaEventSynchronize(e1));
-            float ms = 0;
-            CK(cudaEventElapsedTime(&ms, e0, e1));
-            ts.push_back(ms);
-        }
-        CK(cudaGetLastError());
-        std::sort(ts.begin(), ts.end());
-        return ts[ts.size() / 2];
-    };
-    const float copy_ms = median_ms([&] { CK(cudaMemcpyAsync(o, a, bytes, cudaMemcpyDeviceToDevice)); }, 7);
-    const double bw = 2.0 * bytes / (copy_ms * 1e-3), floor_ms = 3.0 * bytes / bw * 1e3;
     std::printf("proto chain_corr: %lld x %lld f32, copy %.3f TB/s, floor %.3f ms\n", rows, cols, bw / 1e12, floor_ms);
     const long long check_cols[] = {0, 1, 5, 6, 4097, cols / 2 + 3, cols - 1};
 

@@ -18,6 +18,8 @@
 // totals are written; their exclusive prefix (one quantity per warp) is written.
 //
 //   nvcc -O3 -arch=sm_90 -o scan_corr bench/proto/scan_corr.cu && ./scan_corr [rows cols]
+// (Data, reference and timing: proto_common.cuh, shared with chain_corr.cu since 2026-12-01; its data
+// now holds constant stretches in columns 5 and 6, which this file's checks do not read.)
 // prints, for w = 20 and w = 250 and several tile lengths, the median time of 5 runs, the copy floor of
 // the same run, and the error against a float64 two-pass reference on a few columns.
 //
@@ -36,22 +38,7 @@
 // 16 loop and copy overhead, 48 the segment's rows, 7 the scan, 43 the results; 0.65 issued per scheduler
 // and cycle. What is left to try: fewer instructions per row in the two row phases (the runs' max, the
 // masks of leaving values), longer segments without registers for their prefix, a float32 final step.
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
-
-#define CK(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e_ = (x);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            std::fprintf(stderr, "%s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
-            std::exit(1);                                                                      \
-        }                                                                                      \
-    } while (0)
+#include "proto_common.cuh"
 
 constexpr int C = 32;          // columns per block (the lanes of a warp)
 constexpr int S = 8;           // segments per batch (the warps of a block)
@@ -283,85 +270,11 @@ scan_corr(const float* __restrict__ A, const float* __restrict__ B, float* __res
     }
 }
 
-// ---- data and reference (the same walks as bench_gpu.cpp) ----------------------------------------------
-__device__ unsigned long long mixbits(unsigned long long z) {
-    z += 0x9E3779B97F4A7C15ULL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-__device__ float gauss(unsigned long long k) {
-    const unsigned long long h = mixbits(k);
-    const float u1 = ((unsigned)(h >> 40) + 0.5f) * (1.0f / 16777216.0f);
-    const float u2 = ((unsigned)(h & 0xffffffu) + 0.5f) * (1.0f / 16777216.0f);
-    return sqrtf(-2.0f * __logf(u1)) * __cosf(6.2831853f * u2);
-}
-// Random walks around 100 (steps 0.1 N(0,1)), B = 0.5 A + N(0,1); one NaN in about 20,000 values of A.
-__global__ void gen(float* a, float* b, long long rows, long long cols, unsigned long long seed) {
-    const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= cols) return;
-    const unsigned long long base = (seed * 0x100000001b3ULL + (unsigned long long)j) * 0x2545F4914F6CDD1DULL;
-    double p = 100.0 + 5.0 * gauss(base);
-    for (long long t = 0; t < rows; ++t) {
-        const unsigned long long k = base + 2ULL * (unsigned long long)t * 0x9E3779B97F4A7C15ULL;
-        p += 0.1 * gauss(k);
-        const bool hole = (mixbits(k + 7) % 20000) == 0;
-        a[t * cols + j] = hole ? __int_as_float(0x7fc00000) : (float)p;
-        b[t * cols + j] = (float)(0.5 * p + gauss(k + 1));
-    }
-}
-
-std::vector<double> host_column(const float* d, long long rows, long long cols, long long j) {
-    std::vector<float> f(rows);
-    CK(cudaMemcpy2D(f.data(), 4, d + j, cols * 4, 4, rows, cudaMemcpyDeviceToHost));
-    return std::vector<double>(f.begin(), f.end());
-}
-
-// Window by window, two-pass, float64: NaN unless all w pairs are finite and neither side is constant.
-double ref_corr(const std::vector<double>& x, const std::vector<double>& y, long long t, int w) {
-    if (t + 1 < w) return NAN;
-    double mx = 0, my = 0;
-    for (long long i = t - w + 1; i <= t; ++i) {
-        if (!std::isfinite(x[i]) || !std::isfinite(y[i])) return NAN;
-        mx += x[i], my += y[i];
-    }
-    mx /= w, my /= w;
-    double cxy = 0, vx = 0, vy = 0;
-    for (long long i = t - w + 1; i <= t; ++i) cxy += (x[i] - mx) * (y[i] - my), vx += (x[i] - mx) * (x[i] - mx), vy += (y[i] - my) * (y[i] - my);
-    if (vx <= 0 || vy <= 0) return NAN;
-    return std::clamp(cxy / std::sqrt(vx * vy), -1.0, 1.0);
-}
-
 int main(int argc, char** argv) {
     const long long rows = argc > 1 ? std::atoll(argv[1]) : 50000, cols = argc > 2 ? std::atoll(argv[2]) : 50000;
-    const size_t bytes = static_cast<size_t>(rows) * cols * 4;
-    float *a, *b, *o;
-    CK(cudaMalloc(&a, bytes));
-    CK(cudaMalloc(&b, bytes));
-    CK(cudaMalloc(&o, bytes));
-    gen<<<(cols + 127) / 128, 128>>>(a, b, rows, cols, 1);
-    CK(cudaDeviceSynchronize());
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    auto median_ms = [&](auto&& launch, int reps) {
-        launch(), launch();
-        std::vector<float> ts;
-        for (int i = 0; i < reps; ++i) {
-            CK(cudaEventRecord(e0));
-            launch();
-            CK(cudaEventRecord(e1));
-            CK(cudaEventSynchronize(e1));
-            float ms = 0;
-            CK(cudaEventElapsedTime(&ms, e0, e1));
-            ts.push_back(ms);
-        }
-        CK(cudaGetLastError());
-        std::sort(ts.begin(), ts.end());
-        return ts[ts.size() / 2];
-    };
-    const float copy_ms = median_ms([&] { CK(cudaMemcpyAsync(o, a, bytes, cudaMemcpyDeviceToDevice)); }, 7);
-    const double bw = 2.0 * bytes / (copy_ms * 1e-3), floor_ms = 3.0 * bytes / bw * 1e3;
+    const Panels pn = make_panels(rows, cols);
+    float *const a = pn.a, *const b = pn.b, *const o = pn.o;
+    const double bw = pn.bw, floor_ms = pn.floor_ms;
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     std::printf("proto scan_corr: %lld x %lld f32, copy %.3f TB/s, floor %.3f ms, %d SMs\n", rows, cols, bw / 1e12,
