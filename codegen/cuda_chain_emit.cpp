@@ -76,6 +76,25 @@ void Emitter::chain_plan() {
     H.ahead = kWindowScanChainAhead;
     H.slots = H.dists.back() + H.warps + H.ahead;
     H.sum_slots = H.window_batches + H.warps + 1;
+    // What phase A evaluates: the entering terms and the counters' conditions, and what they read.
+    std::vector<bool>& in_e = H.in_entering;
+    in_e.assign(k_.body.size(), false);
+    std::function<void(std::int32_t)> need = [&](std::int32_t i) {
+        const auto u = static_cast<std::size_t>(i);
+        if (in_e[u]) return;
+        in_e[u] = true;
+        if (P.predef[u]) return;  // (first values: defined per row)
+        const Inst& x = k_.body[u];
+        for (std::int32_t o : {x.a, x.b, x.c})
+            if (o >= 0) need(o);
+    };
+    for (const auto& terms : H.split.entering)
+        for (const SumTerm& t : terms) {
+            need(t.a);
+            if (t.b >= 0) need(t.b);
+        }
+    for (const ScanCounter& c : P.counters) need(c.cond);
+    for (const ScanSticky& s : P.stickies) in_e[static_cast<std::size_t>(s.select)] = false;
     const std::size_t QS = P.sums.size(), QC = P.counters.size();
     const std::size_t bytes = P.ring_inputs.size() * (static_cast<std::size_t>(H.slots) * R + kWindowScanMirrorRows) * kC * 4 +
                               static_cast<std::size_t>(H.sum_slots) * QS * kC * 8 + 2 * kC * (QS * 8 + QC * 4) +
@@ -140,24 +159,7 @@ void Emitter::chain_batch(int ind, bool guarded) {
     const int QS = static_cast<int>(P.sums.size()), QC = static_cast<int>(P.counters.size());
     const std::size_t n = k_.body.size();
     guarded_ = guarded;
-    // A: what the entering terms and the counters' conditions need.
-    std::vector<bool> in_e(n, false);
-    std::function<void(std::int32_t)> need = [&](std::int32_t i) {
-        const auto u = static_cast<std::size_t>(i);
-        if (in_e[u]) return;
-        in_e[u] = true;
-        if (P.predef[u]) return;  // (first values: defined per row)
-        const Inst& x = k_.body[u];
-        for (std::int32_t o : {x.a, x.b, x.c})
-            if (o >= 0) need(o);
-    };
-    for (const auto& terms : H.split.entering)
-        for (const SumTerm& t : terms) {
-            need(t.a);
-            if (t.b >= 0) need(t.b);
-        }
-    for (const ScanCounter& c : P.counters) need(c.cond);
-    for (const ScanSticky& s : P.stickies) in_e[static_cast<std::size_t>(s.select)] = false;
+    const std::vector<bool>& in_e = H.in_entering;
     line(ind, "{{  // A: the batch's entering sums and latest resets");
     int in = ind + 1;
     for (const ScanSum& s : P.sums) line(in, "double fj_x{} = 0.0;", s.state);

@@ -197,6 +197,7 @@ private:
         int warps = 0;               // W: batch b runs on warp b % W
         int ahead = 0;               // ring slots beyond those the warps' batches read
         WindowSplit split;           // the sums' entering terms (they leave window_batches batches later)
+        std::vector<bool> in_entering;  // instructions phase A evaluates (entering terms, counters' conditions)
         std::vector<int> dists;      // batches back the rows a batch reads lie (0 first)
         int slots = 0;               // NB: ring slots (batches) per input
         int sum_slots = 0;           // NE: batches whose entering sums are kept
