@@ -95,10 +95,16 @@ void Emitter::chain_plan() {
         }
     for (const ScanCounter& c : P.counters) need(c.cond);
     for (const ScanSticky& s : P.stickies) in_e[static_cast<std::size_t>(s.select)] = false;
+    // Shared memory, in this order: per input its ring (the mirrored rows, then the slots), the entering
+    // sums by batch, the two hand-over slots of sums and of counters, the mbarriers, the ready row.
     const std::size_t QS = P.sums.size(), QC = P.counters.size();
-    const std::size_t bytes = P.ring_inputs.size() * (static_cast<std::size_t>(H.slots) * R + kWindowScanMirrorRows) * kC * 4 +
-                              static_cast<std::size_t>(H.sum_slots) * QS * kC * 8 + 2 * kC * (QS * 8 + QC * 4) +
-                              (2 * static_cast<std::size_t>(H.slots) + H.warps) * 8 + 16;
+    H.ring_bytes = (static_cast<std::size_t>(H.slots) * R + kWindowScanMirrorRows) * kC * 4;
+    H.esum_at = P.ring_inputs.size() * H.ring_bytes;
+    H.csum_at = H.esum_at + static_cast<std::size_t>(H.sum_slots) * QS * kC * 8;
+    H.ccnt_at = H.csum_at + 2 * QS * kC * 8;
+    H.bars_at = H.ccnt_at + 2 * QC * kC * 4;
+    H.ready_at = H.bars_at + (2 * static_cast<std::size_t>(H.slots) + H.warps) * 8;
+    const std::size_t bytes = H.ready_at + 16;
     if (bytes > static_cast<std::size_t>(kWindowScanChainMaxSharedBytes))
         return fail(fmt::format("its rings would need {} bytes of shared memory per block (at most {})", bytes,
                                 kWindowScanChainMaxSharedBytes));
@@ -285,22 +291,23 @@ std::string Emitter::run_chain() {
     line(0, "extern \"C\" __global__ void __launch_bounds__({}, 1) {}(const __grid_constant__ fj_params_{} p) {{", kC * W, name_, name_);
     line(1, "FJ_SMEM_DECL;");
     const int kM = kWindowScanMirrorRows;
-    const int ring_floats = (NB * R + kM) * kC;
+    // (The layout of chain_plan(); offsets in the pointers' elements.)
     for (std::size_t q = 0; q < P.ring_inputs.size(); ++q) {
         const int slot = P.ring_inputs[q];
         line(1, "float* const fj_ring{} = reinterpret_cast<float*>(fj_smem) + {};  // [{} batches][{} rows][{}], after the last {} rows again",
-             slot, static_cast<int>(q) * ring_floats + kM * kC, NB, R, kC, kM);
+             slot, (q * H.ring_bytes) / 4 + kM * kC, NB, R, kC, kM);
         line(1, "const unsigned fj_ring_addr{} = FJ_SHARED_ADDR(fj_ring{});", slot, slot);
     }
     line(1, "double* const fj_esum = reinterpret_cast<double*>(reinterpret_cast<float*>(fj_smem) + {});  // [{}][{}][{}] entering sums by batch",
-         static_cast<int>(P.ring_inputs.size()) * ring_floats, NE, QS, kC);
-    line(1, "double* const fj_csum = fj_esum + {};  // [2][{}][{}] window sums through a batch", NE * QS * kC, QS, kC);
-    line(1, "int* const fj_ccnt = reinterpret_cast<int*>(fj_csum + {});  // [2][{}][{}] latest resets through a batch", 2 * QS * kC,
-         QC, kC);
-    line(1, "const unsigned fj_full = FJ_SHARED_ADDR(fj_ccnt + {});  // [{}] mbarriers: a slot's rows have landed", 2 * QC * kC, NB);
+         H.esum_at / 4, NE, QS, kC);
+    line(1, "double* const fj_csum = fj_esum + {};  // [2][{}][{}] window sums through a batch", (H.csum_at - H.esum_at) / 8, QS, kC);
+    line(1, "int* const fj_ccnt = reinterpret_cast<int*>(fj_csum + {});  // [2][{}][{}] latest resets through a batch",
+         (H.ccnt_at - H.csum_at) / 8, QC, kC);
+    line(1, "const unsigned fj_full = FJ_SHARED_ADDR(fj_ccnt + {});  // [{}] mbarriers: a slot's rows have landed",
+         (H.bars_at - H.ccnt_at) / 4, NB);
     line(1, "const unsigned fj_empty = fj_full + {}u;  // [{}]: every batch reading a slot is done with it", 8 * NB, NB);
     line(1, "const unsigned fj_cbar = fj_empty + {}u;  // [{}]: batch b's sums are handed over (b % {})", 8 * NB, W, W);
-    line(1, "int* const fj_ready_at = fj_ccnt + {};", 2 * QC * kC + 2 * (2 * NB + W));
+    line(1, "int* const fj_ready_at = fj_ccnt + {};", (H.ready_at - H.ccnt_at) / 4);
     line(1, "const int lane = threadIdx.x & {}, fj_warp = threadIdx.x >> 5;", kC - 1);
     line(1, "const long long j = (long long)blockIdx.x * {} + lane;", kC);
     line(1, "const bool fj_active = j < p.cols;");

@@ -201,6 +201,9 @@ private:
         std::vector<int> dists;      // batches back the rows a batch reads lie (0 first)
         int slots = 0;               // NB: ring slots (batches) per input
         int sum_slots = 0;           // NE: batches whose entering sums are kept
+        // Shared memory (bytes): one input's ring, and where the entering sums, the hand-over sums and
+        // counters, the mbarriers and the ready row start.
+        std::size_t ring_bytes = 0, esum_at = 0, csum_at = 0, ccnt_at = 0, bars_at = 0, ready_at = 0;
         int smem_bytes = 0;
     };
     ChainPlan chain_;
