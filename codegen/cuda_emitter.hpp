@@ -181,6 +181,9 @@ private:
         // read (the ring keeps them while the batch's copy ahead is issued: see scan_loader()).
         int back_rows = 0;
         int ring_rows = 0;
+        // Shared memory (bytes): one input's ring with its mirrored rows, and where the segments' sums, the
+        // copies' mbarriers, the segments' counters and the ready row start.
+        std::size_t ring_bytes = 0, tsum_at = 0, mbar_at = 0, tcnt_at = 0, ready_at = 0;
         int ahead = 0;                         // batches copied ahead of the one computed
         int segments = 0, segment_rows = 0;    // a batch's segments (the block's warps) and their rows
         int issuers = 0;                       // warps whose lane 0 issues the copies (scan_loader())

@@ -236,19 +236,23 @@ void Emitter::scan_plan() {
     // against 12.05-12.17 ms 2 ahead once the copies had no fence before them, 12.49-12.81 against
     // 12.18-12.58 ms while they had.) The ring holds the rows the batch computed and the results of the
     // batch before read (back_rows back from the batch's first row) and those of the batches ahead.
-    auto bytes_for = [&](int ahead, int* ring_rows) {
-        *ring_rows = (P.back_rows + (ahead + 1) * kB + kB - 1) / kB * kB;
-        const std::size_t ring_bytes = static_cast<std::size_t>(*ring_rows + kM) * kC * sizeof(float);
-        return P.ring_inputs.size() * ring_bytes +
-               static_cast<std::size_t>(segs + 1) * kC * (P.sums.size() * 8 + P.counters.size() * 4) +
-               static_cast<std::size_t>(ahead + 1) * 8 +  // the copies' mbarriers
-               16;                                         // the block's latest row that sets a first value
+    // Shared memory, in this order: per input its ring (then the mirrored rows), the segments' sums (and the
+    // running ones), the copies' mbarriers, the segments' counters (and the running ones), the block's
+    // latest row that sets a first value. Sets P's layout for `ahead` batches ahead; its bytes.
+    auto bytes_for = [&](int ahead) {
+        P.ring_rows = (P.back_rows + (ahead + 1) * kB + kB - 1) / kB * kB;
+        P.ring_bytes = static_cast<std::size_t>(P.ring_rows + kM) * kC * sizeof(float);
+        P.tsum_at = P.ring_inputs.size() * P.ring_bytes;
+        P.mbar_at = P.tsum_at + static_cast<std::size_t>(segs + 1) * kC * P.sums.size() * 8;
+        P.tcnt_at = P.mbar_at + static_cast<std::size_t>(ahead + 1) * 8;
+        P.ready_at = P.tcnt_at + static_cast<std::size_t>(segs + 1) * kC * P.counters.size() * 4;
+        return P.ready_at + 16;
     };
     const int most = o_.window_scan_ahead > 0 ? o_.window_scan_ahead : kWindowScanMaxAhead;
     const int least = o_.window_scan_ahead > 0 ? o_.window_scan_ahead : 1;
     std::size_t bytes = 0;
     for (P.ahead = most; P.ahead >= least; --P.ahead)
-        if ((bytes = bytes_for(P.ahead, &P.ring_rows)) <= static_cast<std::size_t>(kWindowScanMaxSharedBytes)) break;
+        if ((bytes = bytes_for(P.ahead)) <= static_cast<std::size_t>(kWindowScanMaxSharedBytes)) break;
     if (P.ahead < least)
         return fail(fmt::format("its rings would need {} bytes of shared memory per block (at most {}) with {} batch(es) copied ahead",
                                 bytes, kWindowScanMaxSharedBytes, least));
@@ -619,20 +623,20 @@ std::string Emitter::run_scan() {
         throw BackendError(fmt::format("CUDA emitter: kernel {}: {} fixed strides for {} panels", k_.name,
                                        o_.strides.size(), ni + no));
     line(1, "FJ_SMEM_DECL;");
-    const int ring_floats = (P.ring_rows + kM) * kC;
+    // (The layout of scan_plan(); offsets in the pointers' elements.)
     for (std::size_t q = 0; q < P.ring_inputs.size(); ++q) {
         const int slot = P.ring_inputs[q];
         line(1, "float* const fj_ring{} = reinterpret_cast<float*>(fj_smem) + {};  // rows by the pass's row modulo {}", slot,
-             static_cast<int>(q) * ring_floats, P.ring_rows);
+             q * P.ring_bytes / 4, P.ring_rows);
         line(1, "const unsigned fj_ring_addr{} = FJ_SHARED_ADDR(fj_ring{});", slot, slot);
     }
     line(1, "double* const fj_tsum = reinterpret_cast<double*>(reinterpret_cast<float*>(fj_smem) + {});  // [{} + 1][{}][{}]",
-         static_cast<int>(P.ring_inputs.size()) * ring_floats, segs, QS, kC);
+         P.tsum_at / 4, segs, QS, kC);
     line(1, "const unsigned fj_mbar_addr = FJ_SHARED_ADDR(fj_tsum + {});  // [{}] mbarriers, one per batch in flight",
-         (segs + 1) * QS * kC, P.ahead + 1);
-    line(1, "int* const fj_tcnt = reinterpret_cast<int*>(fj_tsum + {});  // [{} + 1][{}][{}]", (segs + 1) * QS * kC + P.ahead + 1,
-         segs, QC, kC);
-    line(1, "int* const fj_ready_at = fj_tcnt + {};", (segs + 1) * QC * kC);
+         (P.mbar_at - P.tsum_at) / 8, P.ahead + 1);
+    line(1, "int* const fj_tcnt = reinterpret_cast<int*>(fj_tsum + {});  // [{} + 1][{}][{}]", (P.tcnt_at - P.tsum_at) / 8, segs,
+         QC, kC);
+    line(1, "int* const fj_ready_at = fj_tcnt + {};", (P.ready_at - P.tcnt_at) / 4);
     line(1, "const int lane = threadIdx.x & {}, seg = threadIdx.x >> 5;", kC - 1);
     line(1, "const long long j = (long long)blockIdx.x * {} + lane;", kC);
     line(1, "const bool fj_active = j < p.cols;");
