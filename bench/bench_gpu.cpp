@@ -8,7 +8,7 @@
 // correlated partner, never zeros), warm-up first, median of >= 5 timed runs with CUDA events on the
 // legacy default stream (the backend's blocking stream orders itself after them), the copy floor measured
 // in the same run with cuMemcpyDtoD (bytes read + written), and nvidia-smi's SM clock, temperature,
-// power and throttle reasons sampled while each case runs. Results are checked: G1's output against a
+// power and throttle reasons sampled while each case runs; G4's ratio from runs alternating with G1's. Results are checked: G1's output against a
 // float64 two-pass reference on columns spread over the panel, the last ones included (indices beyond
 // 2^31 elements). Settings are "key=value,..." lists of the FJ_CUDA_* knobs (parse_setting below):
 //   FJ_BENCH_VARIANTS=0        G1 and G5 with the library's defaults only
@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -311,6 +312,29 @@ Timing time_run(const fj::Program& p, const std::map<std::string, fj::Panel>& in
     return {median(e), median(w), tel.get()};
 }
 
+// Programs timed in turn, `pairs` rounds, the order reversed every other round so that neither always
+// runs first: medians per program, under the same drift of clocks and power.
+std::vector<Timing> time_alternating(const std::vector<const fj::Program*>& ps, const std::map<std::string, fj::Panel>& in,
+                                     const std::map<std::string, fj::Panel>& out, int rounds) {
+    for (const fj::Program* p : ps) p->run(in, out), p->run(in, out);
+    Events ev;
+    std::vector<std::vector<double>> e(ps.size()), w(ps.size());
+    Telemetry tel;
+    for (int r = 0; r < rounds; ++r)
+        for (std::size_t k = 0; k < ps.size(); ++k) {
+            const std::size_t i = r % 2 ? ps.size() - 1 - k : k;
+            const auto t0 = Clock::now();
+            ev.start();
+            ps[i]->run(in, out);
+            e[i].push_back(ev.stop_ms());
+            w[i].push_back(ms_since(t0));
+        }
+    const std::string smi = tel.get();
+    std::vector<Timing> t;
+    for (std::size_t i = 0; i < ps.size(); ++i) t.push_back({median(e[i]), median(w[i]), smi});
+    return t;
+}
+
 fj::Expr corr_w(int w) {
     const fj::Expr A = fj::input("A"), B = fj::input("B");
     return fj::corr(fj::window(A, w), fj::window(B, w));
@@ -353,7 +377,8 @@ void apply_setting(const std::map<std::string, std::string>& kv) {
                                                             {"lb", "FJ_CUDA_LAUNCH_BOUNDS"}, {"hints", "FJ_CUDA_CACHE_HINTS"},
                                                             {"warm", "FJ_CUDA_WARM_ROWS"}, {"scan", "FJ_CUDA_WINDOW_SCAN"},
                                                             {"ahead", "FJ_CUDA_SCAN_AHEAD"}, {"warps", "FJ_CUDA_SCAN_WARPS"},
-                                                            {"chain", "FJ_CUDA_SCAN_CHAIN"}};
+                                                            {"chain", "FJ_CUDA_SCAN_CHAIN"}, {"fixed", "FJ_CUDA_FIXED_LD"},
+                                                            {"oneloop", "FJ_CUDA_ONE_LOOP"}};
     for (const auto& [key, var] : vars) {
         auto it = kv.find(key);
         setenv_or_unset(var, it == kv.end() ? std::string() : it->second);
@@ -416,6 +441,24 @@ std::string launch_summary(const fj::Program& p) {
     return regs + ", " + launch;
 }
 
+// A fixed piece of single-threaded integer work, timed: the host CPU's speed at that moment. On the device
+// machine the same cold compiles took 65 ms in one minute and 160 ms in the next (2026-12-01, eighth
+// session), with CPU time equal to wall time; J1 prints this next to its compiles so that a slow round
+// can be told from a slow CPU.
+double cpu_reference_ms() {
+    const auto t0 = Clock::now();
+    std::uint64_t x = 0x9E3779B97F4A7C15ULL, acc = 0;
+    for (int i = 0; i < 20000000; ++i) {  // xorshift64: a dependent chain the compiler cannot fold
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        acc += x >> 60;
+    }
+    static volatile std::uint64_t sink;
+    sink = acc;
+    return ms_since(t0);
+}
+
 // J1: cold NVRTC compiles of five kernels of different shapes, in rounds. Each round's kernels add a
 // constant no other round or process uses (the next visit's too: it comes from the clock), so that their
 // sources are new: on the device machine NVRTC compiles a source it has compiled before, in this process
@@ -444,10 +487,11 @@ void j1_case(const std::string& arch) {
     const double salt = 1e-9 * static_cast<double>(std::chrono::duration_cast<std::chrono::microseconds>(
                                                        std::chrono::system_clock::now().time_since_epoch()).count() %
                                                    1000000007LL);
-    std::vector<double> cold;
+    std::vector<double> cold, cpu_ref;
     std::map<std::string, std::vector<double>> by_kernel;
     std::vector<double> repeat;
     for (int round = 0; round <= rounds; ++round) {
+        cpu_ref.push_back(cpu_reference_ms());
         const bool again = round == rounds;  // the first round's sources once more
         for (const auto& [name, e] : js) {
             const double c = salt + (again ? 0 : round) * 1e-3;
@@ -458,9 +502,9 @@ void j1_case(const std::string& arch) {
             const double total = ms_since(t0), cpu = cpu_ms() - c0;
             (again ? repeat : cold).push_back(total);
             if (!again) by_kernel[name].push_back(total);
-            std::printf("  J1 %s %-22s emit %.2f ms, NVRTC %.1f ms, total %.1f ms (CPU %.1f ms), %d regs\n",
+            std::printf("  J1 %s %-22s emit %.2f ms, NVRTC %.1f ms, total %.1f ms (CPU %.1f ms), %d regs; CPU reference %.1f ms\n",
                         again ? "repeat " : fmt::format("round {}", round).c_str(), name.c_str(), k.emit_ms, k.compile_ms,
-                        total, cpu, k.registers);
+                        total, cpu, k.registers, cpu_ref.back());
         }
     }
     std::string detail;
@@ -474,8 +518,10 @@ void j1_case(const std::string& arch) {
     cu::compile_cuda_kernels(ks, fj::DType::F32, arch, true, s);
     const double par = ms_since(t0);
     g_rows.push_back({"J1", fmt::format("cold compile per kernel (NVRTC, median of 5 x {})", rounds), median(cold), 150.0,
-                      fmt::format("new sources; medians {}5 in parallel {:.0f} ms; the same sources again: median {:.0f} ms",
-                                  detail, par, median(repeat)),
+                      fmt::format("new sources; medians {}5 in parallel {:.0f} ms; the same sources again: median {:.0f} ms; "
+                                  "CPU reference loop {:.1f}-{:.1f} ms",
+                                  detail, par, median(repeat), *std::min_element(cpu_ref.begin(), cpu_ref.end()),
+                                  *std::max_element(cpu_ref.begin(), cpu_ref.end())),
                       ""});
 }
 
@@ -593,7 +639,7 @@ int main(int argc, char** argv) {
                 apply_setting(parse_setting(v));
                 fj::Program p = fj::compile({{"c", corr_w(20)}}, cuda);
                 cool_down();
-                const Timing t = time_run(p, in, outs, 5);
+                const Timing t = time_run(p, in, outs, 9);
                 std::printf("  G1 variant %s: %.3f ms (wall %.3f), x%.2f floor; %s  [smi %s]\n", v.c_str(), t.event_ms,
                             t.wall_ms, t.event_ms / floor, launch_summary(p).c_str(), t.smi.c_str());
                 if (t.event_ms < best) best = t.event_ms, best_v = v;
@@ -637,14 +683,23 @@ int main(int argc, char** argv) {
             }
             apply_setting({});  // G4 and G5 with the library's defaults
             {
-                fj::Program p = fj::compile({{"c", corr_w(250)}}, cuda);
+                // G4 is a ratio, w=250 against w=20. Measured one after the other, the two see different GPU
+                // states: within one run the same G1 kernel took 8.35 ms early and 9.22 ms a few seconds
+                // later, with the SM clock down from 1,980 to 1,755 MHz (2026-12-01, eighth session). So
+                // the ratio comes from runs of the two that alternate (w=20 first in one pair, w=250 first
+                // in the next); the G1 row itself stays the cool, first measurement.
+                fj::Program p20 = fj::compile({{"c", corr_w(20)}}, cuda);
+                fj::Program p250 = fj::compile({{"c", corr_w(250)}}, cuda);
                 cool_down();
-                const Timing t = time_run(p, in, outs, 7);
+                const std::vector<Timing> t = time_alternating({&p20, &p250}, in, outs, 9);
+                p250.run(in, outs);  // (the output checked is w=250's, whichever ran last)
                 const Check c = check_corr(a.p, b.p, out.p, T, N, 250);
-                g_rows.push_back({"G4", fmt::format("corr w=250, {}x{} f32, device", T, N), t.event_ms, floor,
-                                  fmt::format("{:.2f} x G1 (target <= 1.3); rel err {:.1e}, NaN mismatches {}",
-                                              t.event_ms / g1, c.rel_frob, c.nan_mismatch),
-                                  t.smi});
+                g_rows.push_back({"G4", fmt::format("corr w=250, {}x{} f32, device", T, N), t[1].event_ms, floor,
+                                  fmt::format("{:.2f} x G1 alternating with it (w=20 {:.3f} ms there; target <= 1.3), "
+                                              "{:.2f} x the G1 row; rel err {:.1e}, NaN mismatches {}; {}",
+                                              t[1].event_ms / t[0].event_ms, t[0].event_ms, t[1].event_ms / g1,
+                                              c.rel_frob, c.nan_mismatch, launch_summary(p250)),
+                                  t[1].smi});
                 print_row(g_rows.back());
             }
         }

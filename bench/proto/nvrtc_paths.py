@@ -15,7 +15,11 @@
 #   driver    cuModuleLoadDataEx from that PTX (the driver's JIT), where libcuda loads
 #
 #   FJ_DUMP_DIR=/tmp/jd build/factorjit compile -e 'corr(window(A, 20), window(B, 20))' --arch sm_90   # (each J1 kernel)
-#   python3 bench/proto/nvrtc_paths.py /tmp/jd [rounds] [sm_90]
+#   python3 bench/proto/nvrtc_paths.py /tmp/jd [rounds] [sm_90] ['-Ofc=mid;--ptxas-options=-O1']
+#
+# The fourth argument lists further option sets (';' between sets, ' ' within one): the cubin path is timed
+# with each added, to see what the code generation's options cost. A trivial kernel's times come first: the
+# fixed cost of each path.
 #
 # Measured on the development machine (2 cores, no GPU, 2026-12-01), J1's five generic kernels, ms:
 #   A*B - delay(A,1)  cubin 62-80   ptx 32-33 + jitlink 30-57
@@ -127,6 +131,22 @@ def main():
     nvrtc_compile(fresh('extern "C" __global__ void k() {}'), arch, "CUBIN")  # (first-call costs)
     print("paths: cubin, ptx%s%s; CUDA_CACHE_DISABLE=%s" % (" + jitlink" if jitlink else "", " + driver" if driver_ready else "",
                                                           os.environ.get("CUDA_CACHE_DISABLE", "")))
+    variants = [v.split() for v in sys.argv[4].split(";")] if len(sys.argv) > 4 and sys.argv[4] else []
+    trivial = 'extern "C" __global__ void k(float* a) { a[threadIdx.x] += 1.0f; }'
+    for what, target in (("CUBIN", arch), ("PTX", virt)):
+        ts = sorted(ms(lambda: nvrtc_compile(fresh(trivial), target, what))[0] for _ in range(5))
+        print("trivial kernel, %-5s %s" % (what.lower(), " ".join("%.0f" % t for t in ts)))
+    for v in variants:
+        saved = list(OPTIONS)
+        OPTIONS.extend(v)
+        try:
+            for f in files:
+                src = open(f).read()
+                ts = [ms(lambda: nvrtc_compile(fresh(src), arch, "CUBIN"))[0] for _ in range(rounds)]
+                print("%-24s %-40s cubin %s" % (" ".join(v), os.path.basename(f)[:40], " ".join("%4.0f" % t for t in ts)))
+        except RuntimeError as e:
+            print("%-24s not accepted: %s" % (" ".join(v), e))
+        OPTIONS[:] = saved
     for f in files:
         src = open(f).read()
         rows = []
