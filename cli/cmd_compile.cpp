@@ -134,6 +134,8 @@ int cmd_compile(const std::vector<std::string>& argv) {
         else if (k.scan.smem_bytes)
             std::printf("  window scan: the windows of %d columns per block in %d bytes of shared memory\n",
                         fj::codegen::kWindowScanColumns, k.scan.smem_bytes);
+        else if (k.emitted.one_loop && k.emitted.strides.empty())
+            std::printf("  one row at a time, in one guarded loop (FJ_CUDA_ONE_LOOP)\n");
         else
             std::printf("  %d row(s) per batch%s\n", k.emitted.unroll,
                         k.smem_per_thread ? fmt::format(", loads staged in shared memory ({} batches, {} bytes per thread)",

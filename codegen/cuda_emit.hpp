@@ -64,7 +64,7 @@
 namespace fj::codegen {
 
 // Bump whenever the generated code changes for the same IR: it is part of every cache key.
-inline constexpr int kCudaCodegenVersion = 14;
+inline constexpr int kCudaCodegenVersion = 15;
 
 // The longest time tile a launch may use (launch_config caps it): states then live for at most this
 // many rows plus the halo, which bounds counters enough to keep them in 32-bit registers.
@@ -107,6 +107,11 @@ struct CudaEmitOptions {
     // Diagnosis only: give bodies of more than 300 live instructions the guarded warm-up batches and
     // fj_rsqrt too, the shapes ptxas -O2/-O3 miscompiled on the H200 (bench/RESULTS.md).
     bool big_body_shapes = false;
+    // Generic kernels (no strides) only: every row of a pass in the guarded one-row loop, instead of the
+    // guarded loop for the warm-up rows and a second copy of the body, without guards, for the rest (and
+    // `unroll` is then ignored). One copy of the body is what NVRTC compiles: cold compiles of J1's kernels
+    // took 10-25 % less on the development machine; the guards cost a few instructions per row.
+    bool one_loop = false;
     // The window-scan kernel instead of the column scan (see "Window-scan kernels" below): float32 and
     // fixed leading dimensions only; emit_cuda throws for kernels cuda_window_scan_smem() refuses.
     bool window_scan = false;

@@ -171,7 +171,7 @@ public:
     // scans (CudaEmitOptions::window_scan_chain); unroll: rows per load batch (CudaEmitOptions::unroll).
     Emulated(const std::vector<const fj::ir::Kernel*>& kernels, fj::DType dtype, const std::string& dir,
              const std::string& cxx, long long ld_in = 0, long long ld_out = 0, bool window_scan = false,
-             int scan_ahead = 0, int scan_warps = 0, bool chain = false, int unroll = 3)
+             int scan_ahead = 0, int scan_warps = 0, bool chain = false, int unroll = 3, bool one_loop = false)
         : window_scan_(window_scan),
           scan_warps_(chain ? fj::codegen::kWindowScanChainWarps : scan_warps > 0 ? scan_warps : fj::codegen::kWindowScanWarps),
           chain_(chain) {
@@ -182,6 +182,7 @@ public:
             fj::codegen::CudaEmitOptions o;
             o.dtype = dtype;
             o.unroll = unroll;  // 3: not a divisor of the tile lengths used, the remainder loop runs too
+            o.one_loop = one_loop;
             if (ld_in > 0) {
                 o.l2_prefetch_rows = 5;
                 // float32: loads staged in "shared memory" (kernels with too many fall back to registers);
@@ -395,10 +396,14 @@ TEST_CASE("generated kernels, run on the host, match the reference") {
             first_kernel.push_back(kernels.size());
             for (const auto& r : p.regions) kernels.push_back(&r.kernel);
         }
-        // Generic kernels with the runtime's default rows per batch (CudaSettings::unroll); specialised ones
-        // with 3 (a remainder loop).
-        Emulated emu(kernels, dtype, dir, cxx, 0, 0, false, 0, 0, false, fj::rt::cuda::CudaSettings{}.unroll);
+        // Generic kernels as the runtime emits them by default (CudaSettings: one guarded loop), and with
+        // a guarded warm-up loop, then batches of 3 rows (FJ_CUDA_UNROLL=3: a remainder loop too);
+        // specialised ones with 3.
+        const fj::rt::cuda::CudaSettings defaults;
+        Emulated emu(kernels, dtype, dir, cxx, 0, 0, false, 0, 0, false, defaults.unroll, defaults.one_loop);
         REQUIRE_MESSAGE(emu.error().empty(), emu.error());
+        Emulated batched(kernels, dtype, dir, cxx, 0, 0, false, 0, 0, false, 3, false);
+        REQUIRE_MESSAGE(batched.error().empty(), batched.error());
         // Every program once more, on kernels specialised on the panels' leading dimensions.
         Emulated fixed(kernels, dtype, dir, cxx, padded.ld_in, padded.ld_out);
         REQUIRE_MESSAGE(fixed.error().empty(), fixed.error());
@@ -410,13 +415,14 @@ TEST_CASE("generated kernels, run on the host, match the reference") {
                 std::vector<fj::Expr> roots;
                 for (const auto& [name, e] : programs[pi]) roots.push_back(e);
                 const auto refs = fj::test::reference(roots, data, ds.rows, ds.cols);
-                for (bool specialised : {false, true}) {
-                    CAPTURE(specialised);
+                for (int kind : {0, 1, 2}) {  // generic by default, generic in batches, specialised
+                    CAPTURE(kind);
+                    const bool specialised = kind == 2;
                     const long long ld_in = padded.ld_in, ld_out = padded.ld_out;
                     check_outputs(plan, roots, refs, data, ds.rows, ds.cols, dtype, ld_in, ld_out,
                                   [&](const auto& ip, const auto& op) {
                                       for (std::size_t r = 0; r < plan.regions.size(); ++r)
-                                          (specialised ? fixed : emu)
+                                          (specialised ? fixed : kind == 1 ? batched : emu)
                                               .run(first_kernel[pi] + r, plan.regions[r].kernel, ip, op, tile);
                                   });
                 }

@@ -48,6 +48,7 @@ CudaSettings CudaSettings::from_env() {
     CudaSettings s;
     s.unroll = env_int("FJ_CUDA_UNROLL", s.unroll, 1, 16);
     s.unroll_given = std::getenv("FJ_CUDA_UNROLL") != nullptr;
+    s.one_loop = env_int("FJ_CUDA_ONE_LOOP", s.unroll_given ? 0 : 1, 0, 1) != 0;  // (FJ_CUDA_UNROLL asks for batches)
     s.fmad = env_int("FJ_CUDA_FMAD", 0, 0, 1) != 0;
     s.block = env_int("FJ_CUDA_BLOCK", 0, 0, 1024);
     if (s.block % 32) throw Error(fmt::format("FJ_CUDA_BLOCK={} is not a multiple of 32", s.block));
@@ -94,7 +95,7 @@ std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::st
                        kernel.hash(), dtype_name(dtype), codegen::kCudaCodegenVersion, arch, cubin ? "" : "(ptx)",
                        n.version, opts, settings.unroll, settings.reg_ring_max,
                        settings.big_body_shapes ? " bigbodyshapes" : "") +
-           (strides.empty() ? std::string()
+           (strides.empty() ? fmt::format(" oneloop={}", settings.one_loop ? 1 : 0)
                             : fmt::format(" ld=[{}] l2pf={} stages={} copies={} edges={} lb={} hints={} warm={} scan={} ahead={} warps={} chain={}",
                                           fmt::join(strides, ","), settings.l2_prefetch, settings.stages,
                                           settings.copies, settings.batched_edges, settings.launch_bounds,
@@ -119,6 +120,7 @@ codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype
     eo.reg_ring_max = settings.reg_ring_max;
     eo.strides = strides;
     eo.big_body_shapes = settings.big_body_shapes;
+    eo.one_loop = settings.one_loop;
     if (strides.empty()) return eo;
     eo.l2_prefetch_rows = settings.l2_prefetch < 0 ? kSpecializedL2Prefetch : settings.l2_prefetch;
     eo.loop_copies = settings.copies;

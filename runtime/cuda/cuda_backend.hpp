@@ -106,6 +106,10 @@ struct CudaSettings {
     // session), median of J1's five kernels: 222 ms with 4 rows, 193 with 2, 165 with 1; the generic kernels'
     // run time did not move (corr w=20, 20,000 x 20,000: 2.133 / 2.143 ms; 5,000 x 4,000: 0.136 / 0.136).
     int unroll = 1;
+    // Generic kernels in one guarded loop (codegen::CudaEmitOptions::one_loop; FJ_CUDA_ONE_LOOP=0 for the
+    // guarded warm-up loop plus an unguarded one): half the code for NVRTC to compile, for small panels,
+    // whose run costs far less than a cold compile.
+    bool one_loop = true;
     bool unroll_given = false;  // FJ_CUDA_UNROLL set: kernels specialised on leading dimensions use it too
     bool fmad = false;
     int reg_ring_max = 16;
