@@ -59,20 +59,22 @@ double median(std::vector<double> v) {
 }
 
 // ---- telemetry: nvidia-smi sampled while a case runs -------------------------------------------------
+// One nvidia-smi --query-gpu line (read only), or "" where it fails.
+std::string smi_query(const std::string& fields) {
+    FILE* f = popen(("nvidia-smi --query-gpu=" + fields + " --format=csv,noheader 2>/dev/null").c_str(), "r");
+    if (!f) return "";
+    char buf[256] = {};
+    std::string s = std::fgets(buf, sizeof buf, f) ? buf : "";
+    if (pclose(f) != 0) s.clear();
+    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+    return s;
+}
+
 std::string smi_once() {
     for (const char* q : {"clocks.sm,temperature.gpu,power.draw,clocks_throttle_reasons.active",
                           "clocks.sm,temperature.gpu,power.draw,clocks_event_reasons.active"}) {
-        const std::string cmd = std::string("nvidia-smi --query-gpu=") + q + " --format=csv,noheader 2>/dev/null";
-        FILE* f = popen(cmd.c_str(), "r");
-        if (!f) continue;
-        char buf[256] = {};
-        const bool got = std::fgets(buf, sizeof buf, f) != nullptr;
-        const int rc = pclose(f);
-        if (got && rc == 0) {
-            std::string s = buf;
-            while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
-            return s;
-        }
+        const std::string s = smi_query(q);
+        if (!s.empty()) return s;
     }
     return "nvidia-smi unavailable";
 }
@@ -296,9 +298,18 @@ struct Timing {
     double event_ms = NAN, wall_ms = NAN;
     std::string smi;
 };
+// Warm-up: `warm` runs and at least kWarmMs of them, so that the SM clock has left its idle state (G1
+// measured 9.1 ms at 1,815 MHz right after an idle spell, 8.4-8.6 at 1,980).
+constexpr double kWarmMs = 250;
+void warm_up(const fj::Program& p, const std::map<std::string, fj::Panel>& in, const std::map<std::string, fj::Panel>& out,
+             int warm) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < warm || ms_since(t0) < kWarmMs; ++i) p.run(in, out);
+}
+
 Timing time_run(const fj::Program& p, const std::map<std::string, fj::Panel>& in,
                 const std::map<std::string, fj::Panel>& out, int reps, int warm = 2) {
-    for (int i = 0; i < warm; ++i) p.run(in, out);
+    warm_up(p, in, out, warm);
     Events ev;
     std::vector<double> e, w;
     Telemetry tel;
@@ -316,7 +327,7 @@ Timing time_run(const fj::Program& p, const std::map<std::string, fj::Panel>& in
 // runs first: medians per program, under the same drift of clocks and power.
 std::vector<Timing> time_alternating(const std::vector<const fj::Program*>& ps, const std::map<std::string, fj::Panel>& in,
                                      const std::map<std::string, fj::Panel>& out, int rounds) {
-    for (const fj::Program* p : ps) p->run(in, out), p->run(in, out);
+    for (const fj::Program* p : ps) warm_up(*p, in, out, 2);
     Events ev;
     std::vector<std::vector<double>> e(ps.size()), w(ps.size());
     Telemetry tel;
@@ -441,12 +452,18 @@ std::string launch_summary(const fj::Program& p) {
     return regs + ", " + launch;
 }
 
-// A fixed piece of single-threaded integer work, timed: the host CPU's speed at that moment. On the device
-// machine the same cold compiles took 65 ms in one minute and 160 ms in the next (2026-12-01, eighth
-// session), with CPU time equal to wall time; J1 prints this next to its compiles so that a slow round
-// can be told from a slow CPU.
-double cpu_reference_ms() {
-    const auto t0 = Clock::now();
+// Fixed pieces of single-threaded host work, timed: the host's speed at that moment, for arithmetic and
+// for memory. On the device machine the same cold compiles took 65 ms in one process and 100-160 ms in
+// another (2026-12-01, eighth session), CPU time equal to wall time, while an integer loop timed the same
+// (44-48 ms) throughout; J1 prints both references next to its compiles, to tell a slow compile from a
+// slow host (a compiler's work is mostly cache misses; the machine is a VM that shares its host's caches
+// and memory).
+struct HostReference {
+    double int_ms, mem_ms;
+};
+HostReference host_reference() {
+    HostReference r{};
+    auto t0 = Clock::now();
     std::uint64_t x = 0x9E3779B97F4A7C15ULL, acc = 0;
     for (int i = 0; i < 20000000; ++i) {  // xorshift64: a dependent chain the compiler cannot fold
         x ^= x << 13;
@@ -454,9 +471,25 @@ double cpu_reference_ms() {
         x ^= x << 17;
         acc += x >> 60;
     }
+    r.int_ms = ms_since(t0);
+    // 500,000 dependent loads through one random cycle over 64 MB (Sattolo's shuffle): a cache miss each.
+    static const std::vector<std::uint32_t> next = [] {
+        std::vector<std::uint32_t> v(16u << 20);
+        for (std::uint32_t i = 0; i < v.size(); ++i) v[i] = i;
+        std::uint64_t z = 88172645463325252ULL;
+        for (std::size_t i = v.size() - 1; i > 0; --i) {
+            z ^= z << 13, z ^= z >> 7, z ^= z << 17;
+            std::swap(v[i], v[z % i]);
+        }
+        return v;
+    }();
+    t0 = Clock::now();
+    std::uint32_t at = 0;
+    for (int i = 0; i < 500000; ++i) at = next[at];
+    r.mem_ms = ms_since(t0);
     static volatile std::uint64_t sink;
-    sink = acc;
-    return ms_since(t0);
+    sink = acc + at;
+    return r;
 }
 
 // J1: cold NVRTC compiles of five kernels of different shapes, in rounds. Each round's kernels add a
@@ -487,11 +520,13 @@ void j1_case(const std::string& arch) {
     const double salt = 1e-9 * static_cast<double>(std::chrono::duration_cast<std::chrono::microseconds>(
                                                        std::chrono::system_clock::now().time_since_epoch()).count() %
                                                    1000000007LL);
-    std::vector<double> cold, cpu_ref;
+    std::vector<double> cold, int_ref, mem_ref;
     std::map<std::string, std::vector<double>> by_kernel;
     std::vector<double> repeat;
     for (int round = 0; round <= rounds; ++round) {
-        cpu_ref.push_back(cpu_reference_ms());
+        const HostReference host = host_reference();
+        int_ref.push_back(host.int_ms);
+        mem_ref.push_back(host.mem_ms);
         const bool again = round == rounds;  // the first round's sources once more
         for (const auto& [name, e] : js) {
             const double c = salt + (again ? 0 : round) * 1e-3;
@@ -502,9 +537,9 @@ void j1_case(const std::string& arch) {
             const double total = ms_since(t0), cpu = cpu_ms() - c0;
             (again ? repeat : cold).push_back(total);
             if (!again) by_kernel[name].push_back(total);
-            std::printf("  J1 %s %-22s emit %.2f ms, NVRTC %.1f ms, total %.1f ms (CPU %.1f ms), %d regs; CPU reference %.1f ms\n",
+            std::printf("  J1 %s %-22s emit %.2f ms, NVRTC %.1f ms, total %.1f ms (CPU %.1f ms), %d regs; host references %.1f / %.1f ms\n",
                         again ? "repeat " : fmt::format("round {}", round).c_str(), name.c_str(), k.emit_ms, k.compile_ms,
-                        total, cpu, k.registers, cpu_ref.back());
+                        total, cpu, k.registers, host.int_ms, host.mem_ms);
         }
     }
     std::string detail;
@@ -519,9 +554,11 @@ void j1_case(const std::string& arch) {
     const double par = ms_since(t0);
     g_rows.push_back({"J1", fmt::format("cold compile per kernel (NVRTC, median of 5 x {})", rounds), median(cold), 150.0,
                       fmt::format("new sources; medians {}5 in parallel {:.0f} ms; the same sources again: median {:.0f} ms; "
-                                  "CPU reference loop {:.1f}-{:.1f} ms",
-                                  detail, par, median(repeat), *std::min_element(cpu_ref.begin(), cpu_ref.end()),
-                                  *std::max_element(cpu_ref.begin(), cpu_ref.end())),
+                                  "host references: integer loop {:.1f}-{:.1f} ms, memory chase {:.1f}-{:.1f} ms",
+                                  detail, par, median(repeat), *std::min_element(int_ref.begin(), int_ref.end()),
+                                  *std::max_element(int_ref.begin(), int_ref.end()),
+                                  *std::min_element(mem_ref.begin(), mem_ref.end()),
+                                  *std::max_element(mem_ref.begin(), mem_ref.end())),
                       ""});
 }
 
@@ -600,7 +637,8 @@ int main(int argc, char** argv) {
         std::printf("device: %s, %s, %d SMs, %.1f GiB, driver %d, NVRTC %d, cache %s\n", dev.name.c_str(),
                     dev.arch().c_str(), dev.sm_count, dev.total_mem / 1073741824.0, dev.driver_version,
                     cu::nvrtc_api().version, std::getenv("FJ_CACHE_DIR") ? std::getenv("FJ_CACHE_DIR") : "(default)");
-        std::printf("idle: %s\n", smi_once().c_str());
+        std::printf("idle: %s; limits: %s\n", smi_once().c_str(),
+                    smi_query("power.limit,enforced.power.limit,power.max_limit,clocks.max.sm").c_str());
         if (j1_only) {  // (J1 alone: bench_gpu --j1)
             j1_case(dev.arch());
             print_row(g_rows.back());
