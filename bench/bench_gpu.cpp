@@ -5,10 +5,12 @@
 //   bench_gpu --j3             internal: one cold-or-warm process for J3 (prints "J3 ms")
 //
 // Method (TARGETS.md, METHOD.md): data generated on the device (price-like random walks around 100 and a
-// correlated partner, never zeros), warm-up first, median of >= 5 timed runs with CUDA events on the
-// legacy default stream (the backend's blocking stream orders itself after them), the copy floor measured
-// in the same run with cuMemcpyDtoD (bytes read + written), and nvidia-smi's SM clock, temperature,
-// power and throttle reasons sampled while each case runs; G4's ratio from runs alternating with G1's. Results are checked: G1's output against a
+// correlated partner, never zeros), warm-up first, medians of timed runs with CUDA events on the legacy
+// default stream (the backend's blocking stream orders itself after them), the copy floor measured in the
+// same run with cuMemcpyDtoD (bytes read + written), and nvidia-smi's SM clock, temperature, power and
+// throttle reasons sampled while each case runs. The 50,000 x 50,000 cases in two states (time_cool,
+// time_sustained): a single computation on a cool GPU (the G rows) and back-to-back runs under the power
+// cap (the "s" rows, against a copy floor in the same state). Results are checked: G1's output against a
 // float64 two-pass reference on columns spread over the panel, the last ones included (indices beyond
 // 2^31 elements). Settings are "key=value,..." lists of the FJ_CUDA_* knobs (parse_setting below):
 //   FJ_BENCH_VARIANTS=0        G1 and G5 with the library's defaults only
@@ -204,10 +206,15 @@ void generate(cu::CUdeviceptr a, cu::CUdeviceptr b, long long rows, long long co
 }
 
 // Copy bandwidth: DtoD of `bytes`, counting bytes read + written.
-double copy_bandwidth(cu::CUdeviceptr dst, cu::CUdeviceptr src, std::size_t bytes, std::string* smi) {
+// Copy bandwidth (bytes read + written per second), median of 7 copies; `sustain_ms` > 0: after that long
+// of back-to-back copies (the state of time_sustained()).
+double copy_bandwidth(cu::CUdeviceptr dst, cu::CUdeviceptr src, std::size_t bytes, std::string* smi, double sustain_ms = 0) {
     Events ev;
-    FJ_CU(cuMemcpyDtoD, dst, src, bytes);
-    FJ_CU(cuCtxSynchronize);
+    const auto t0 = Clock::now();
+    do {
+        FJ_CU(cuMemcpyDtoD, dst, src, bytes);
+        FJ_CU(cuCtxSynchronize);
+    } while (ms_since(t0) < sustain_ms);
     std::vector<double> ts;
     Telemetry tel;
     for (int r = 0; r < 7; ++r) {
@@ -305,19 +312,9 @@ void warm_up(const fj::Program& p, const std::map<std::string, fj::Panel>& in, c
     for (int i = 0; i < warm || ms_since(t0) < for_ms; ++i) p.run(in, out);
 }
 
-// Warm-up of kWarmMs after cool_down(): the SM clock, idle (345 MHz) after the pause, is up again at its
-// end, and the power cap not yet reached (FJ_BENCH_WARM_MS sets it).
-double warm_ms() {
-    static const double ms = [] {
-        const char* v = std::getenv("FJ_BENCH_WARM_MS");
-        return v ? std::max(0.0, std::atof(v)) : 150.0;
-    }();
-    return ms;
-}
-
 Timing time_run(const fj::Program& p, const std::map<std::string, fj::Panel>& in,
                 const std::map<std::string, fj::Panel>& out, int reps, int warm = 2) {
-    warm_up(p, in, out, warm, warm > 0 ? warm_ms() : 0);
+    warm_up(p, in, out, warm);
     Events ev;
     std::vector<double> e, w;
     Telemetry tel;
@@ -331,27 +328,22 @@ Timing time_run(const fj::Program& p, const std::map<std::string, fj::Panel>& in
     return {median(e), median(w), tel.get()};
 }
 
-// Programs timed in turn, `pairs` rounds, the order reversed every other round so that neither always
-// runs first: medians per program, under the same drift of clocks and power.
-std::vector<Timing> time_alternating(const std::vector<const fj::Program*>& ps, const std::map<std::string, fj::Panel>& in,
-                                     const std::map<std::string, fj::Panel>& out, int rounds) {
-    for (const fj::Program* p : ps) warm_up(*p, in, out, 2, warm_ms() / static_cast<double>(ps.size()));
-    Events ev;
-    std::vector<std::vector<double>> e(ps.size()), w(ps.size());
-    Telemetry tel;
-    for (int r = 0; r < rounds; ++r)
-        for (std::size_t k = 0; k < ps.size(); ++k) {
-            const std::size_t i = r % 2 ? ps.size() - 1 - k : k;
-            const auto t0 = Clock::now();
-            ev.start();
-            ps[i]->run(in, out);
-            e[i].push_back(ev.stop_ms());
-            w[i].push_back(ms_since(t0));
-        }
-    const std::string smi = tel.get();
-    std::vector<Timing> t;
-    for (std::size_t i = 0; i < ps.size(); ++i) t.push_back({median(e[i]), median(w[i]), smi});
-    return t;
+// The two states a 50,000 x 50,000 case is measured in. On the H200 single G1 runs from an idle GPU took
+// 8.63-8.74 ms for the first 4 runs (about 35 ms), 9.0 at the 6th, 9.7 from the 11th and 9.8-10.5 after
+// 1 s: the software power cap (700 W) lowers the SM clock to 1,290-1,440 MHz within about 50 ms of load
+// (2026-12-01, eighth session). So: "cool", a single computation's state, is the median of runs 2-5 after
+// cool_down() (one run of warm-up); "sustained", a library of factors run back to back, the median of 9
+// runs after 2 s of back-to-back runs.
+void cool_down();
+Timing time_cool(const fj::Program& p, const std::map<std::string, fj::Panel>& in,
+                 const std::map<std::string, fj::Panel>& out) {
+    cool_down();
+    return time_run(p, in, out, 4, 1);
+}
+Timing time_sustained(const fj::Program& p, const std::map<std::string, fj::Panel>& in,
+                      const std::map<std::string, fj::Panel>& out) {
+    warm_up(p, in, out, 2, 2000);
+    return time_run(p, in, out, 9, 0);
 }
 
 fj::Expr corr_w(int w) {
@@ -682,16 +674,13 @@ int main(int argc, char** argv) {
             const std::vector<std::string> variants =
                 only_defaults() ? std::vector<std::string>{"default"}
                                 : settings_from_env("FJ_BENCH_G1_VARIANTS", {"default", "edges=0", "hints=1"});
-            double best = 1e30, g1 = 1e30;
-            std::string best_v = "default";
+            double g1 = 1e30;
             for (const std::string& v : variants) {
                 apply_setting(parse_setting(v));
                 fj::Program p = fj::compile({{"c", corr_w(20)}}, cuda);
-                cool_down();
-                const Timing t = time_run(p, in, outs, 9);
+                const Timing t = time_cool(p, in, outs);
                 std::printf("  G1 variant %s: %.3f ms (wall %.3f), x%.2f floor; %s  [smi %s]\n", v.c_str(), t.event_ms,
                             t.wall_ms, t.event_ms / floor, launch_summary(p).c_str(), t.smi.c_str());
-                if (t.event_ms < best) best = t.event_ms, best_v = v;
                 if (v == "default") {
                     const Check c = check_corr(a.p, b.p, out.p, T, N, 20);
                     std::printf("  G1 check vs float64 two-pass (6 columns incl. the last): max |err| %.2e, rel frob %.2e, NaN mismatches %lld\n",
@@ -703,10 +692,11 @@ int main(int argc, char** argv) {
                                       t.smi});
                 }
             }
+            double g1s = 0, floor_s = 0;
             {
-                // G1 under sustained load: the default kernel after 2 s of back-to-back runs (power-capped).
-                // First the times of single runs from an idle GPU on, 3 s of them: how the SM clock rises
-                // and how soon the power cap lowers it again.
+                // G1 under sustained load (time_sustained), against the copy floor after as long of copies.
+                // First the times of single runs from an idle GPU on, 3 s of them: how soon the power cap
+                // lowers the SM clock.
                 apply_setting({});
                 fj::Program p = fj::compile({{"c", corr_w(20)}}, cuda);
                 cool_down();
@@ -722,23 +712,16 @@ int main(int argc, char** argv) {
                 for (std::size_t i : {0, 1, 2, 3, 5, 10, 20, 30, 50, 100, 150, 200, 250, 300})
                     if (i < series.size()) at += fmt::format(" #{} {:.2f}", i, series[i]);
                 std::printf("  G1 from idle, single runs back to back (ms):%s; %zu runs in 3 s\n", at.c_str(), series.size());
-                const Timing t = time_run(p, in, outs, 9, 0);
-                g_rows.push_back({"G1s", "same, sustained: after 2 s of back-to-back runs", t.event_ms, floor,
-                                  fmt::format("{:.2f} x the floor under sustained load (the G1 row: a cool GPU)",
-                                              t.event_ms / floor),
+                const Timing t = time_sustained(p, in, outs);
+                g1s = t.event_ms;
+                std::string copy_smi;
+                const double bw_s = copy_bandwidth(out.p, a.p, bytes, &copy_smi, 2000);
+                floor_s = 3.0 * static_cast<double>(bytes) / bw_s * 1e3;
+                g_rows.push_back({"G1s", "same, sustained (after 2 s of back-to-back runs)", t.event_ms, floor_s,
+                                  fmt::format("floor: copies after 2 s of copies, {:.3f} TB/s [smi {}]; {:.2f} x the cool floor",
+                                              bw_s / 1e12, copy_smi, t.event_ms / floor),
                                   t.smi});
                 print_row(g_rows.back());
-            }
-            std::printf("best variant: %s (used for the tile lengths below)\n", best_v.c_str());
-            // Tile lengths on the best variant.
-            apply_setting(parse_setting(best_v));
-            for (long long tile : {0LL}) {
-                fj::CompileOptions o = cuda;
-                o.tile_rows = tile;
-                fj::Program p = fj::compile({{"c", corr_w(20)}}, o);
-                const Timing t = time_run(p, in, outs, 7);
-                std::printf("  G1 tile_rows=%lld: %.3f ms (wall %.3f); %s  [smi %s]\n", tile, t.event_ms, t.wall_ms,
-                            launch_summary(p).c_str(), t.smi.c_str());
             }
             // Exploratory sweeps (tuning): FJ_BENCH_SWEEP="w=250,unroll=16,block=256,smem=100000,tile=2048 w=20,..."
             // times each setting (FJ_CUDA_* variables and CompileOptions::tile_rows) on this panel.
@@ -750,31 +733,25 @@ int main(int argc, char** argv) {
                 const int w = kv.count("w") ? std::stoi(kv["w"]) : 20;
                 const auto [expr, reads] = sweep_expr(kv.count("op") ? kv["op"] : "corr", w);
                 fj::Program p = fj::compile({{"c", expr}}, o);
-                cool_down();
-                const Timing t = time_run(p, in, outs, 5);
+                const Timing t = time_cool(p, in, outs);
                 const double op_floor = floor * (reads + 1) / 3.0;  // its reads and one write
                 std::printf("  sweep %s: %.3f ms, x%.2f its floor (%.3f ms); %s  [smi %s]\n", item.c_str(), t.event_ms,
                             t.event_ms / op_floor, op_floor, launch_summary(p).c_str(), t.smi.c_str());
             }
             apply_setting({});  // G4 and G5 with the library's defaults
             {
-                // G4 is a ratio, w=250 against w=20. Measured one after the other, the two see different GPU
-                // states: within one run the same G1 kernel took 8.35 ms early and 9.22 ms a few seconds
-                // later, with the SM clock down from 1,980 to 1,755 MHz (2026-12-01, eighth session). So
-                // the ratio comes from runs of the two that alternate (w=20 first in one pair, w=250 first
-                // in the next); the G1 row itself stays the cool, first measurement.
-                fj::Program p20 = fj::compile({{"c", corr_w(20)}}, cuda);
-                fj::Program p250 = fj::compile({{"c", corr_w(250)}}, cuda);
-                cool_down();
-                const std::vector<Timing> t = time_alternating({&p20, &p250}, in, outs, 9);
-                p250.run(in, outs);  // (the output checked is w=250's, whichever ran last)
+                // G4 is a ratio, w=250 against w=20: each state against the same state of G1.
+                fj::Program p = fj::compile({{"c", corr_w(250)}}, cuda);
+                const Timing t = time_cool(p, in, outs);
                 const Check c = check_corr(a.p, b.p, out.p, T, N, 250);
-                g_rows.push_back({"G4", fmt::format("corr w=250, {}x{} f32, device", T, N), t[1].event_ms, floor,
-                                  fmt::format("{:.2f} x G1 alternating with it (w=20 {:.3f} ms there; target <= 1.3), "
-                                              "{:.2f} x the G1 row; rel err {:.1e}, NaN mismatches {}; {}",
-                                              t[1].event_ms / t[0].event_ms, t[0].event_ms, t[1].event_ms / g1,
-                                              c.rel_frob, c.nan_mismatch, launch_summary(p250)),
-                                  t[1].smi});
+                g_rows.push_back({"G4", fmt::format("corr w=250, {}x{} f32, device", T, N), t.event_ms, floor,
+                                  fmt::format("{:.2f} x G1 (target <= 1.3); rel err {:.1e}, NaN mismatches {}; {}",
+                                              t.event_ms / g1, c.rel_frob, c.nan_mismatch, launch_summary(p)),
+                                  t.smi});
+                print_row(g_rows.back());
+                const Timing ts = time_sustained(p, in, outs);
+                g_rows.push_back({"G4s", "same, sustained", ts.event_ms, floor_s,
+                                  fmt::format("{:.2f} x G1s (target <= 1.3)", ts.event_ms / g1s), ts.smi});
                 print_row(g_rows.back());
             }
         }
@@ -803,6 +780,7 @@ int main(int argc, char** argv) {
                     fj::CompileOptions o = cuda;
                     o.tile_rows = tile;
                     fj::Program p = fj::compile({{"c", corr_w(20)}}, o);
+                    cool_down();
                     const Timing t = time_run(p, in, outs, 21, 3);
                     std::printf("  G5 %s tile_rows=%lld: %.4f ms (wall %.4f), %.0f%% of copy bandwidth; %s\n", u.c_str(), tile, t.event_ms, t.wall_ms, 100.0 * floor / t.event_ms,
                                 launch_summary(p).c_str());
