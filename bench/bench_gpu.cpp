@@ -18,7 +18,8 @@
 //   FJ_BENCH_G5_SETTINGS="default edges=0 block=256,tile=313 ..."   the G5 settings, each at its `tile`
 //                              or, without one, at two tile lengths (auto and 160 rows)
 //   FJ_BENCH_SWEEP="w=250,hints=0 tile=4000 op=max,w=30 ..."   more settings on the 50,000 x 50,000 panel
-//                              (op: corr, the default, or max min std mean of window(A, w))
+//                              (op: corr, the default, or max min std mean of window(A, w);
+//                              "sustained=1": measured in that state, see time_sustained(), instead of time_cool())
 //   FJ_BENCH_COOL_MS=2000      the idle pause before each 50,000 x 50,000 measurement (see cool_down())
 #include <unistd.h>
 
@@ -733,7 +734,7 @@ int main(int argc, char** argv) {
                 const int w = kv.count("w") ? std::stoi(kv["w"]) : 20;
                 const auto [expr, reads] = sweep_expr(kv.count("op") ? kv["op"] : "corr", w);
                 fj::Program p = fj::compile({{"c", expr}}, o);
-                const Timing t = time_cool(p, in, outs);
+                const Timing t = kv.count("sustained") ? time_sustained(p, in, outs) : time_cool(p, in, outs);
                 const double op_floor = floor * (reads + 1) / 3.0;  // its reads and one write
                 std::printf("  sweep %s: %.3f ms, x%.2f its floor (%.3f ms); %s  [smi %s]\n", item.c_str(), t.event_ms,
                             t.event_ms / op_floor, op_floor, launch_summary(p).c_str(), t.smi.c_str());
