@@ -556,6 +556,45 @@ TEST_CASE("window-scan settings from the environment, with clear errors") {
     CHECK(with(nullptr, nullptr, "2").second.find("FJ_CUDA_SCAN_CHAIN") != std::string::npos);
 }
 
+TEST_CASE("generic kernels in one guarded loop by default; FJ_CUDA_ONE_LOOP and FJ_CUDA_UNROLL") {
+    auto with = [](const char* one_loop, const char* unroll) {
+        if (one_loop) ::setenv("FJ_CUDA_ONE_LOOP", one_loop, 1);
+        if (unroll) ::setenv("FJ_CUDA_UNROLL", unroll, 1);
+        std::string error;
+        cu::CudaSettings s;
+        try {
+            s = cu::CudaSettings::from_env();
+        } catch (const fj::Error& e) {
+            error = e.what();
+        }
+        ::unsetenv("FJ_CUDA_ONE_LOOP");
+        ::unsetenv("FJ_CUDA_UNROLL");
+        return std::pair{s, error};
+    };
+    CHECK(with(nullptr, nullptr).first.one_loop);
+    CHECK_FALSE(with("0", nullptr).first.one_loop);
+    CHECK_FALSE(with(nullptr, "4").first.one_loop);  // batches asked for
+    CHECK(with("1", "4").first.one_loop);
+    CHECK(with("2", nullptr).second.find("FJ_CUDA_ONE_LOOP") != std::string::npos);
+
+    const fj::Expr A = fj::input("A"), B = fj::input("B");
+    const fj::codegen::Plan plan = fj::codegen::make_plan({{"o", fj::corr(fj::window(A, 20), fj::window(B, 20))}});
+    const fj::ir::Kernel& k = plan.regions[0].kernel;
+    const cu::CudaSettings one = with(nullptr, nullptr).first, two = with("0", nullptr).first;
+    const std::string one_src = fj::codegen::emit_cuda(k, cu::cuda_emit_options(k, fj::DType::F32, one, {}, "sm_90", nullptr));
+    const std::string two_src = fj::codegen::emit_cuda(k, cu::cuda_emit_options(k, fj::DType::F32, two, {}, "sm_90", nullptr));
+    CHECK(one_src.find("one guarded loop") != std::string::npos);
+    CHECK(one_src.find("for (; t < row_end; ++t) {") != std::string::npos);
+    CHECK(two_src.find("one guarded loop") == std::string::npos);
+    CHECK(one_src.size() < two_src.size());
+    // Different code, different cache entries; kernels for big panels (strides) are not affected.
+    CHECK(cu::cuda_kernel_key(k, fj::DType::F32, "sm_90", true, one, {}) !=
+          cu::cuda_kernel_key(k, fj::DType::F32, "sm_90", true, two, {}));
+    const std::vector<long long> ld(3, 64);
+    CHECK(fj::codegen::emit_cuda(k, cu::cuda_emit_options(k, fj::DType::F32, one, ld, "sm_90", nullptr)) ==
+          fj::codegen::emit_cuda(k, cu::cuda_emit_options(k, fj::DType::F32, two, ld, "sm_90", nullptr)));
+}
+
 TEST_CASE("launch configuration") {
     cu::LaunchInput in;
     in.sm_count = 132;
