@@ -206,9 +206,8 @@ void generate(cu::CUdeviceptr a, cu::CUdeviceptr b, long long rows, long long co
     FJ_CU(cuCtxSynchronize);
 }
 
-// Copy bandwidth: DtoD of `bytes`, counting bytes read + written.
-// Copy bandwidth (bytes read + written per second), median of 7 copies; `sustain_ms` > 0: after that long
-// of back-to-back copies (the state of time_sustained()).
+// Copy bandwidth: DtoD of `bytes`, counting bytes read + written per second, median of 7 copies;
+// `sustain_ms` > 0: after that long of back-to-back copies (the state of time_sustained()).
 double copy_bandwidth(cu::CUdeviceptr dst, cu::CUdeviceptr src, std::size_t bytes, std::string* smi, double sustain_ms = 0) {
     Events ev;
     const auto t0 = Clock::now();
@@ -398,10 +397,9 @@ void apply_setting(const std::map<std::string, std::string>& kv) {
 }
 
 // An idle pause before each 50,000 x 50,000 measurement, so that one case's heat and power do not carry
-// into the next: under back-to-back G1 runs the H200 drew up to 650 W of its 700 W limit within a second
-// and the software power cap (throttle reason 0x4) took the SM clock from 1,980 to 1,515-1,680 MHz, and
-// G1 from 8.4-8.6 to 9.2-9.5 ms (2026-12-01, eighth session): the order of the cases then decided their
-// times. After the pause each case is measured from the state a single computation meets; the sustained
+// into the next: under back-to-back G1 runs the H200 reaches its 700 W limit within about 50 ms and the
+// software power cap (throttle reason 0x4) takes the SM clock from 1,980 to 1,290-1,680 MHz, and G1 from
+// 8.6 to 9.2-10.5 ms (2026-12-01, eighth session): the order of the cases then decided their times. After the pause each case is measured from the state a single computation meets; the sustained
 // state has its own row (G1s). FJ_BENCH_COOL_MS=N sets the pause (default 2000 ms; 0: none).
 void cool_down() {
     static const long ms = [] {

@@ -109,8 +109,9 @@ struct CudaEmitOptions {
     bool big_body_shapes = false;
     // Generic kernels (no strides) only: every row of a pass in the guarded one-row loop, instead of the
     // guarded loop for the warm-up rows and a second copy of the body, without guards, for the rest (and
-    // `unroll` is then ignored). One copy of the body is what NVRTC compiles: cold compiles of J1's kernels
-    // took 10-25 % less on the development machine; the guards cost a few instructions per row.
+    // `unroll` is then ignored). One copy of the body for NVRTC to compile: cold compiles of J1's kernels
+    // took 10-25 % less on the development machine, 27 % on the H200; the guards cost a few instructions
+    // per row (CudaSettings::one_loop has the run times).
     bool one_loop = false;
     // The window-scan kernel instead of the column scan (see "Window-scan kernels" below): float32 and
     // fixed leading dimensions only; emit_cuda throws for kernels cuda_window_scan_smem() refuses.
