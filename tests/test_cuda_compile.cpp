@@ -64,6 +64,22 @@ fj::ir::Kernel every_primitive_kernel(int ring_size) {
     return k;
 }
 
+// CudaSettings::from_env() with the given FJ_CUDA_* variables set (null values left unset), which are
+// unset again afterwards: the settings, or the error's message.
+std::pair<fj::rt::cuda::CudaSettings, std::string> settings_with(const std::vector<std::pair<const char*, const char*>>& vars) {
+    for (const auto& [name, value] : vars)
+        if (value) ::setenv(name, value, 1);
+    std::string error;
+    fj::rt::cuda::CudaSettings s;
+    try {
+        s = fj::rt::cuda::CudaSettings::from_env();
+    } catch (const fj::Error& e) {
+        error = e.what();
+    }
+    for (const auto& [name, value] : vars) ::unsetenv(name);
+    return {s, error};
+}
+
 }  // namespace
 
 TEST_SUITE("cuda_compile") {
@@ -524,20 +540,7 @@ TEST_CASE("arch parsing") {
 
 TEST_CASE("window-scan settings from the environment, with clear errors") {
     auto with = [](const char* ahead, const char* warps, const char* chain = nullptr) {
-        if (ahead) ::setenv("FJ_CUDA_SCAN_AHEAD", ahead, 1);
-        if (warps) ::setenv("FJ_CUDA_SCAN_WARPS", warps, 1);
-        if (chain) ::setenv("FJ_CUDA_SCAN_CHAIN", chain, 1);
-        std::string error;
-        cu::CudaSettings s;
-        try {
-            s = cu::CudaSettings::from_env();
-        } catch (const fj::Error& e) {
-            error = e.what();
-        }
-        ::unsetenv("FJ_CUDA_SCAN_AHEAD");
-        ::unsetenv("FJ_CUDA_SCAN_WARPS");
-        ::unsetenv("FJ_CUDA_SCAN_CHAIN");
-        return std::pair{s, error};
+        return settings_with({{"FJ_CUDA_SCAN_AHEAD", ahead}, {"FJ_CUDA_SCAN_WARPS", warps}, {"FJ_CUDA_SCAN_CHAIN", chain}});
     };
     const auto [defaults, none] = with(nullptr, nullptr);
     CHECK(none.empty());
@@ -558,18 +561,7 @@ TEST_CASE("window-scan settings from the environment, with clear errors") {
 
 TEST_CASE("generic kernels in one guarded loop by default; FJ_CUDA_ONE_LOOP and FJ_CUDA_UNROLL") {
     auto with = [](const char* one_loop, const char* unroll) {
-        if (one_loop) ::setenv("FJ_CUDA_ONE_LOOP", one_loop, 1);
-        if (unroll) ::setenv("FJ_CUDA_UNROLL", unroll, 1);
-        std::string error;
-        cu::CudaSettings s;
-        try {
-            s = cu::CudaSettings::from_env();
-        } catch (const fj::Error& e) {
-            error = e.what();
-        }
-        ::unsetenv("FJ_CUDA_ONE_LOOP");
-        ::unsetenv("FJ_CUDA_UNROLL");
-        return std::pair{s, error};
+        return settings_with({{"FJ_CUDA_ONE_LOOP", one_loop}, {"FJ_CUDA_UNROLL", unroll}});
     };
     CHECK(with(nullptr, nullptr).first.one_loop);
     CHECK_FALSE(with("0", nullptr).first.one_loop);
