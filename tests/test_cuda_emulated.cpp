@@ -168,7 +168,8 @@ public:
     // ld_in/ld_out > 0: kernels specialised on those leading dimensions (CudaEmitOptions::strides).
     // window_scan: window-scan kernels (CudaEmitOptions::window_scan), run with a thread per CUDA thread,
     // scan_ahead batches copied ahead, scan_warps warps per block (0: the defaults); chain: chained window
-    // scans (CudaEmitOptions::window_scan_chain); unroll: rows per load batch (CudaEmitOptions::unroll).
+    // scans (CudaEmitOptions::window_scan_chain); unroll: rows per load batch (CudaEmitOptions::unroll);
+    // one_loop: generic kernels in one guarded loop (CudaEmitOptions::one_loop).
     Emulated(const std::vector<const fj::ir::Kernel*>& kernels, fj::DType dtype, const std::string& dir,
              const std::string& cxx, long long ld_in = 0, long long ld_out = 0, bool window_scan = false,
              int scan_ahead = 0, int scan_warps = 0, bool chain = false, int unroll = 3, bool one_loop = false)

@@ -28,6 +28,9 @@
 #   mean(std(w5),w10) cubin 102-112 ptx 45-46 + jitlink 57-59
 #   std w=250         cubin 68-86   ptx 33-36 + jitlink 39-42
 # (no gain here: the question is the device, where cubin took 100-320.)
+# On the H200 machine (2026-12-01, eighth session; bench/RESULTS.md): trivial kernel cubin 36 ms, PTX 23;
+# corr w=20 cubin 87-91 against PTX 55-63 + nvJitLink 33-36 or + driver 32-33; -Ofc=mid/min and ptxas -O1
+# no faster; CUDA_CACHE_DISABLE=1 the same. NVRTC's own cubin path stays.
 import ctypes
 import glob
 import os
