@@ -248,9 +248,10 @@ struct LoadedKernel {
     int registers = 0, local_bytes = 0;
     int block = 0, blocks_per_sm = 0;
     int smem_per_thread = 0;  // dynamic shared memory the kernel uses per thread (staged loads)
-    int block_smem = 0;       // window-scan kernels: dynamic shared memory per block (blocks of their
-                              // __launch_bounds__ threads owning codegen::kWindowScanColumns columns)
-    int box_rows = 0;         // window-scan kernels: rows of their tensor copies (codegen::WindowScanLayout)
+    // Window-scan kernels: their launch needs (smem_bytes 0 for the column scan): dynamic shared memory per
+    // block (blocks of their __launch_bounds__ threads owning codegen::kWindowScanColumns columns) and the
+    // rows of their tensor copies.
+    codegen::WindowScanLayout scan;
 };
 
 // Where a kernel argument's panel comes from in a run: the program's inputs or outputs, or an
@@ -431,7 +432,7 @@ const LoadedKernel& CudaExecutable::kernel_for_run(std::size_t i, std::int64_t r
         k.fixed_column.reset();
         k.fixed_strides = strides;
     }
-    if (k.fixed->block_smem > 0) {
+    if (k.fixed->scan.smem_bytes > 0) {
         // A window scan copies its rows with tensor maps (its leading dimensions are multiples of 4 elements):
         // panels that do not start on 16 bytes (views at odd column offsets), whose column count is not a
         // multiple of 4 or whose rows do not fit the maps' 32-bit coordinates, and drivers without
@@ -466,12 +467,12 @@ void CudaExecutable::update_shapes(std::int64_t rows, std::int64_t cols) {
         li.rows = rows;
         li.cols = cols;
         li.halo = kernels_[i].kernel.halo;
-        const bool scan = lk.block_smem > 0;  // window scan: its block is fixed
+        const bool scan = lk.scan.smem_bytes > 0;  // window scan: its block is fixed
         li.block = settings_.block && !scan ? settings_.block : lk.block;
         li.blocks_per_sm = settings_.block && !scan ? std::max(1, lk.blocks_per_sm * lk.block / settings_.block) : lk.blocks_per_sm;
         li.cols_per_block = scan ? codegen::kWindowScanColumns : 0;
         if (scan) li.waves = kWindowScanWaves;
-        shape_smem_[i] = scan ? lk.block_smem : settings_.smem + li.block * lk.smem_per_thread;
+        shape_smem_[i] = scan ? lk.scan.smem_bytes : settings_.smem + li.block * lk.smem_per_thread;
         if (shape_smem_[i] > dev_.smem_optin)
             throw InputError(fmt::format("cuda: kernel {} with blocks of {} threads needs {} bytes of shared memory; "
                                          "the device allows {} (FJ_CUDA_BLOCK, FJ_CUDA_SMEM)",
@@ -542,7 +543,7 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
         words_.push_back(static_cast<std::uint64_t>(cols));
         words_.push_back(static_cast<std::uint64_t>(s.tile_rows));
         words_.push_back(static_cast<std::uint64_t>(s.ntiles));
-        if (run_kernels_[i]->block_smem > 0) append_tensor_maps(k, rows, cols, run_kernels_[i]->box_rows);
+        if (run_kernels_[i]->scan.smem_bytes > 0) append_tensor_maps(k, rows, cols, run_kernels_[i]->scan.box_rows);
         void* params[] = {words_.data()};
         FJ_CU(cuLaunchKernel, shape_fn_[i], static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.grid_y), 1u,
               static_cast<unsigned>(s.block), 1u, 1u, static_cast<unsigned>(shape_smem_[i]), stream_, params, nullptr);
@@ -588,8 +589,8 @@ std::string CudaExecutable::explain() const {
                                "SM){}\n",
                                fmt::join(k.fixed_strides, ", "), cache_source_name(k.fixed_source), k.fixed_ms,
                                k.fixed->registers, k.fixed->block, k.fixed->blocks_per_sm,
-                               k.fixed->block_smem ? fmt::format(", window scan with {} B of shared memory per block",
-                                                                 k.fixed->block_smem)
+                               k.fixed->scan.smem_bytes ? fmt::format(", window scan with {} B of shared memory per block",
+                                                                      k.fixed->scan.smem_bytes)
                                : k.fixed->smem_per_thread ? fmt::format(", loads staged in {} B of shared memory per thread",
                                                                         k.fixed->smem_per_thread)
                                                           : std::string());
@@ -619,7 +620,7 @@ public:
 
 private:
     std::shared_ptr<const LoadedKernel> load(const std::string& key, const CacheEntry& e, int smem_per_thread = 0,
-                                             int block_smem = 0, int box_rows = 0);
+                                             codegen::WindowScanLayout scan = {});
 
     const Device& dev_;
     NvrtcTarget target_;
@@ -628,13 +629,13 @@ private:
 };
 
 std::shared_ptr<const LoadedKernel> CudaBackend::load(const std::string& key, const CacheEntry& e, int smem_per_thread,
-                                                      int block_smem, int box_rows) {
+                                                      codegen::WindowScanLayout scan) {
     auto lk = std::make_shared<LoadedKernel>();
     lk->key = key;
     lk->function = e.function;
     lk->smem_per_thread = smem_per_thread;
-    lk->block_smem = block_smem;
-    lk->box_rows = box_rows;
+    lk->scan = std::move(scan);
+    const int block_smem = lk->scan.smem_bytes;
     FJ_CU(cuModuleLoadData, &lk->module, e.image.data());
     try {
         FJ_CU(cuModuleGetFunction, &lk->fn, lk->module, e.function.c_str());
@@ -756,9 +757,7 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
         std::lock_guard<std::mutex> lock(mutex_);
         auto it = loaded_.find(key);
         if (it == loaded_.end()) {
-            it = loaded_.emplace(key, load(key, *r.entry, codegen::cuda_shared_bytes_per_thread(k, eo), scan.smem_bytes,
-                                           scan.box_rows))
-                     .first;
+            it = loaded_.emplace(key, load(key, *r.entry, codegen::cuda_shared_bytes_per_thread(k, eo), scan)).first;
         }
         return it->second;
     };

@@ -9,6 +9,8 @@
 //   FJ_DUMP_DIR         write every generated CUDA source there (<kernel>-<key hash>.cu)
 //   FJ_CUDA_DEVICE      device ordinal (default 0)
 //   FJ_CUDA_UNROLL      rows per load batch in generated kernels (default 1, and 16 for big panels; 1..16)
+//   FJ_CUDA_ONE_LOOP    generic kernels (small panels) in one guarded loop: 1 (the default unless
+//                       FJ_CUDA_UNROLL is set) or 0 (CudaSettings::one_loop)
 //   FJ_CUDA_FMAD        1: let NVRTC contract a*b+c into FMA (default 0: the same IEEE operations as the
 //                       CPU backend, so both backends round identically except in exp/log/pow)
 //   FJ_CUDA_BLOCK       threads per block (default: the occupancy API's choice)
@@ -28,8 +30,8 @@
 //                       kWindowScanMinInputs or more inputs kWindowScanMinLag or more rows back
 //   FJ_CUDA_SCAN_AHEAD, FJ_CUDA_SCAN_WARPS  window scans' batches copied ahead and warps per block
 //   FJ_CUDA_SCAN_CHAIN  1: window scans are chained window scans where their sums split and a batch of
-//                       16-32 rows divides the window (codegen/cuda_chain_emit.cpp; default 0: not yet
-//                       faster than the window scan for corr as generated, see bench/RESULTS.md)
+//                       16-32 rows divides the window (codegen/cuda_chain_emit.cpp), 0: never; default: where
+//                       they keep kChainMinSums or more window sums (corr, not cov)
 //   FJ_CUDA_BIG_BODY_SHAPES  1: big fused kernels get the shapes ptxas miscompiled (diagnosis)
 //   FJ_NVRTC_OPTIONS    extra NVRTC options, space-separated (e.g. "-Xptxas -O1"; diagnosis)
 //   FJ_CUDA_SMEM        unused dynamic shared memory per block, in bytes (default 0): caps the blocks
