@@ -136,11 +136,15 @@ int cmd_compile(const std::vector<std::string>& argv) {
                         fj::codegen::kWindowScanColumns, k.scan.smem_bytes);
         else if (k.emitted.one_loop && k.emitted.strides.empty())
             std::printf("  one row at a time, in one guarded loop (FJ_CUDA_ONE_LOOP)\n");
-        else
-            std::printf("  %d row(s) per batch%s\n", k.emitted.unroll,
-                        k.smem_per_thread ? fmt::format(", loads staged in shared memory ({} batches, {} bytes per thread)",
-                                                        k.emitted.async_stages, k.smem_per_thread).c_str()
-                                          : "");
+        else {
+            const fj::codegen::CudaColumnScanShape& shape = k.shape;
+            std::printf("  %d row(s) per batch%s\n", shape.batch_rows,
+                        shape.echo_rings ? fmt::format(", {} echo ring(s) in shared memory ({} bytes per thread)",
+                                                       shape.echo_rings, shape.smem_per_thread).c_str()
+                        : shape.smem_per_thread ? fmt::format(", loads staged in shared memory ({} batches, {} bytes per thread)",
+                                                              k.emitted.async_stages, shape.smem_per_thread).c_str()
+                                                : "");
+        }
         if (!k.log.empty()) std::printf("  NVRTC log:\n%s\n", k.log.c_str());
         if (!k.dump_path.empty()) std::printf("  source: %s\n", k.dump_path.c_str());
     }

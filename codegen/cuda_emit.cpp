@@ -18,9 +18,13 @@ std::string cuda_kernel_name(const ir::Kernel& kernel) {
 }
 
 int cuda_shared_bytes_per_thread(const ir::Kernel& kernel, const CudaEmitOptions& options) {
-    // Without staging there is nothing to analyse (the common case: no emitter pass over the body).
-    if (!Emitter::staging_requested(options)) return 0;
+    // Without staging or echo rings there is nothing to analyse (generic kernels: no emitter pass over the body).
+    if (!Emitter::staging_requested(options) && !Emitter::echo_requested(options)) return 0;
     return Emitter(kernel, options).shared_bytes_per_thread();
+}
+
+CudaColumnScanShape cuda_column_scan_shape(const ir::Kernel& kernel, const CudaEmitOptions& options) {
+    return Emitter(kernel, options).column_scan_shape();
 }
 
 std::string emit_cuda(const ir::Kernel& kernel, const CudaEmitOptions& options) {

@@ -30,6 +30,10 @@
 //     ask L2 for the rows `l2_prefetch_rows` ahead; it stops 2 (or async_stages) batches before the end;
 //   * (fixed leading dimensions only) the last whole batches, loads first;
 //   * the remaining rows one at a time.
+// With echo rings (CudaEmitOptions::echo_rings) the pass's first rows also store the values its window sums
+// will remove (kernel_ir.hpp's echoes) in shared memory and run until the batched loop can start a multiple
+// of the windows' lengths after row_begin; the two batched loops then read those values back at constant
+// slots instead of loading the leaving rows, and the loops after them load them as before.
 // Bodies of more than 300, 600 or 1500 live instructions batch at most 4, 2 or 1 rows (NVRTC's time grows
 // with the copies of the body).
 //
@@ -64,7 +68,7 @@
 namespace fj::codegen {
 
 // Bump whenever the generated code changes for the same IR: it is part of every cache key.
-inline constexpr int kCudaCodegenVersion = 15;
+inline constexpr int kCudaCodegenVersion = 16;
 
 // The longest time tile a launch may use (launch_config caps it): states then live for at most this
 // many rows plus the halo, which bounds counters enough to keep them in 32-bit registers.
@@ -107,6 +111,20 @@ struct CudaEmitOptions {
     // Diagnosis only: give bodies of more than 300 live instructions the guarded warm-up batches and
     // fj_rsqrt too, the shapes ptxas -O2/-O3 miscompiled on the H200 (bench/RESULTS.md).
     bool big_body_shapes = false;
+    // With fixed leading dimensions and register loads: the values a window's sums remove (the kernel's
+    // echoes, kernel_ir.hpp) read back from this thread's rings in shared memory, where the row that
+    // entered d rows earlier left them, instead of loading that row again, converting it to float64,
+    // testing it and shifting it (corr: two loads, two conversions, two float64 subtractions and the tests
+    // of two values per row, and no re-reads of lagged rows through L2). Batches then take a multiple of
+    // the windows' lengths (at most kCudaMaxEchoUnroll rows), and a pass's batched loop starts a multiple of
+    // them after its first row. Kernels whose rings would take more than kCudaMaxEchoBytesPerThread, or
+    // whose windows' lengths have no multiple that short, or that have fewer than echo_min_rings rings,
+    // load the leaving rows as before. H200 (bench/RESULTS.md, ninth session), 50,000 x 50,000 float32,
+    // rings against loads: corr w=20 (2 rings) 8.443 against 8.540 ms, at 5,000 x 4,000 0.0896 against
+    // 0.0917; std w=20 (1 ring) 7.191 against 7.073 and mean w=10 6.614 against 6.338 (registers rose from
+    // 88 and 96 to 114 and 116: 512 threads per SM instead of 640). Hence at least 2 rings by default.
+    bool echo_rings = false;
+    int echo_min_rings = 2;
     // Generic kernels (no strides) only: every row of a pass in the guarded one-row loop, instead of the
     // guarded loop for the warm-up rows and a second copy of the body, without guards, for the rest (and
     // `unroll` is then ignored). One copy of the body for NVRTC to compile: cold compiles of J1's kernels
@@ -186,6 +204,12 @@ WindowSplit cuda_window_sum_split(const ir::Kernel& kernel, const CudaEmitOption
 // deep copies at low occupancy (long windows whose leaving rows must stay in L2; bench/RESULTS.md).
 inline constexpr int kCudaMaxStageBytesPerThread = 1056;
 
+// Echo rings (CudaEmitOptions::echo_rings): the most shared memory per thread (so that 512 threads, the
+// register limit of corr's 128 registers, still fit an SM of sm_90: corr w=20 takes 41 doubles, 328 bytes)
+// and the longest batch (registers for its rolling loads).
+inline constexpr int kCudaMaxEchoBytesPerThread = 400;
+inline constexpr int kCudaMaxEchoUnroll = 24;
+
 // A valid C identifier from kernel.name ("fj_" prefixed when needed, at most 120 characters).
 std::string cuda_kernel_name(const ir::Kernel& kernel);
 
@@ -195,6 +219,15 @@ std::string emit_cuda(const ir::Kernel& kernel, const CudaEmitOptions& options);
 
 // Dynamic shared memory the kernel needs per thread of a block (0: none), for these options.
 int cuda_shared_bytes_per_thread(const ir::Kernel& kernel, const CudaEmitOptions& options);
+
+// The column scan that emit_cuda generates for these options: rows per batch (the option's, after the limits
+// of big bodies and the multiple echo rings need), its echo rings, its shared memory per thread.
+struct CudaColumnScanShape {
+    int batch_rows = 1;
+    int echo_rings = 0;
+    int smem_per_thread = 0;
+};
+CudaColumnScanShape cuda_column_scan_shape(const ir::Kernel& kernel, const CudaEmitOptions& options);
 
 // Words in the parameter block of `kernel` (see the ABI above).
 inline int cuda_param_words(const ir::Kernel& kernel) {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include <fmt/format.h>
@@ -76,7 +77,13 @@ public:
         return std::move(s_);
     }
 
+    static bool echo_requested(const CudaEmitOptions& o) { return !o.strides.empty() && o.echo_rings && !o.window_scan; }
+    CudaColumnScanShape column_scan_shape() const {
+        return {U_, static_cast<int>(echo_.size()), shared_bytes_per_thread()};
+    }
+
     int shared_bytes_per_thread() const {
+        if (!echo_.empty()) return echo_stride_ * static_cast<int>(sizeof(double));
         return stage_stride_ * static_cast<int>(o_.dtype == DType::F32 ? sizeof(float) : sizeof(double));
     }
 
@@ -138,6 +145,19 @@ private:
     int stage_stride_ = 0;                 // elements of shared memory per thread
     // (input, lag) -> whether every load of it is pass-only (see pass_only_loads()).
     std::map<std::pair<int, int>, bool> pass_only_lag_;
+    // Echo rings (CudaEmitOptions::echo_rings, echo_plan()): ring k keeps body[earlier] of the last `lag`
+    // rows at doubles [offset, offset + lag) of this thread's shared memory, row r at slot (r - row_begin)
+    // % lag; the batched loops read body[later] from there.
+    struct EchoRing { std::int32_t later, earlier; int lag, offset; };
+    std::vector<EchoRing> echo_;
+    int echo_period_ = 0;                  // lcm of the lags: the batched loops start a multiple after row_begin
+    int echo_stride_ = 0;                  // doubles of shared memory per thread (odd: no bank conflicts)
+    std::vector<bool> echo_live_;          // live_ where later values come from the rings
+    std::set<std::pair<int, int>> echo_loads_;  // loads_ there
+    // Rows being emitted: no ring, rows that store their earlier values (a pass's first rows, one slot
+    // computed per row), or rows of the batched loops (slots known: they read the later values too).
+    enum class EchoRows { None, Store, Ring };
+    EchoRows echo_rows_ = EchoRows::None;
 
     // ---- The window-scan kernel (cuda_scan_emit.cpp; see emit_cuda_window_scan()) ----
 public:
@@ -345,6 +365,7 @@ private:
         run_counters();
         pass_only_loads();
         async_plan();
+        echo_plan();
         hints_ = o_.cache_hints && !o_.strides.empty();
         fast_rsqrt_ = o_.dtype == DType::F32 && !big_body_ &&
                       std::any_of(k_.body.begin(), k_.body.end(), [&](const Inst& x) {
@@ -440,6 +461,59 @@ private:
         stages_ = o_.async_stages;
         stage_stride_ = stride;
     }
+
+    // Which echoes get rings, the batch length, and the batched loops' liveness and loads without the work
+    // that only fed the later values.
+    void echo_plan() {
+        if (!echo_requested(o_) || U_ < 2 || big_body_ || stages_ > 0 || k_.echoes.empty()) return;
+        const std::size_t n = k_.body.size();
+        auto plain = [&](std::int32_t i) {  // a float64 value emitted as `const double v<i>` in every kind of row
+            const auto u = static_cast<std::size_t>(i);
+            return k_.body[u].type == Type::F64 && live_[u] && !is_int_[u] && !fmat_[u] && !narrow_[u] &&
+                   sticky_of_[u] < 0 && k_.body[u].op != Prim::Const;
+        };
+        std::vector<bool> is_later(n, false);
+        long long period = 1;
+        int doubles = 0;
+        std::vector<EchoRing> rings;
+        for (const ir::Echo& e : k_.echoes) {
+            if (e.later < 0 || e.earlier < 0 || static_cast<std::size_t>(e.later) >= n ||
+                static_cast<std::size_t>(e.earlier) >= n || e.lag < 1)
+                throw BackendError(fmt::format("CUDA emitter: kernel {}: echo %{} = %{} at lag {} out of range", k_.name,
+                                               e.later, e.earlier, e.lag));
+            if (!plain(e.later) || !plain(e.earlier) || is_later[static_cast<std::size_t>(e.later)]) continue;
+            is_later[static_cast<std::size_t>(e.later)] = true;
+            rings.push_back({e.later, e.earlier, e.lag, doubles});
+            doubles += e.lag;
+            period = std::lcm(period, static_cast<long long>(e.lag));
+        }
+        const int stride = doubles | 1;  // an odd stride: a half-warp's 8-byte accesses hit distinct banks
+        if (rings.empty() || static_cast<int>(rings.size()) < o_.echo_min_rings || period > kCudaMaxEchoUnroll ||
+            stride * static_cast<int>(sizeof(double)) > kCudaMaxEchoBytesPerThread)
+            return;
+        const int p = static_cast<int>(period);
+        int u = (U_ + p - 1) / p * p;  // the nearest multiple of the period at or above the asked rows
+        if (u > kCudaMaxEchoUnroll) u = kCudaMaxEchoUnroll / p * p;
+        U_ = u;
+        echo_ = std::move(rings);
+        echo_period_ = p;
+        echo_stride_ = stride;
+        echo_live_.assign(n, false);
+        for (std::size_t i = n; i-- > 0;) {
+            const Inst& in = k_.body[i];
+            if (in.op == Prim::StoreState || in.op == Prim::RingPush || in.op == Prim::Output) echo_live_[i] = true;
+            if (!echo_live_[i] || is_later[i]) continue;
+            for (std::int32_t o : {in.a, in.b, in.c})
+                if (o >= 0) echo_live_[static_cast<std::size_t>(o)] = true;
+        }
+        for (const EchoRing& r : echo_) echo_live_[static_cast<std::size_t>(r.earlier)] = true;
+        for (std::size_t i = 0; i < n; ++i)
+            if (echo_live_[i] && k_.body[i].op == Prim::Input) echo_loads_.insert({k_.body[i].slot, k_.body[i].lag});
+    }
+
+    // The instructions emitted in the rows being emitted, and the loads they read.
+    const std::vector<bool>& row_live() const { return echo_rows_ == EchoRows::Ring ? echo_live_ : live_; }
+    const std::set<std::pair<int, int>>& row_loads() const { return echo_rows_ == EchoRows::Ring ? echo_loads_ : loads_; }
 
     // Float32 panels: selects, mins and maxes whose results only reach outputs (through more of the
     // same) can run on values already rounded to float32: rounding is monotonic and keeps NaN, so
@@ -839,6 +913,11 @@ private:
         line(0, "#define FJ_PREFETCH_L2(a) asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"(a))");
         line(0, "#define FJ_PREFETCH_L1(a) asm volatile(\"prefetch.global.L1 [%0];\" :: \"l\"(a))");
         line(0, "#endif");
+        if (!echo_.empty()) {
+            line(0, "#ifndef FJ_SMEM_DECL");
+            line(0, "#define FJ_SMEM_DECL extern __shared__ __align__(16) unsigned char fj_smem[]");
+            line(0, "#endif");
+        }
         if (stages_ > 0) {
             line(0, "#ifndef FJ_CP_ASYNC");
             line(0, "#define FJ_SMEM_DECL extern __shared__ __align__(16) unsigned char fj_smem[]");
@@ -913,6 +992,11 @@ private:
                  T_, T_, stage_stride_);
             line(1, "const unsigned fj_sb = FJ_SHARED_ADDR(fj_st);");
         }
+        if (!echo_.empty()) {
+            line(1, "FJ_SMEM_DECL;");
+            line(1, "double* const fj_echo = reinterpret_cast<double*>(fj_smem) + threadIdx.x * {}u;  // this thread's echo rings",
+                 echo_stride_);
+        }
         const std::size_t ni = k_.inputs.size(), no = k_.outputs.size();
         const bool fixed = !o_.strides.empty();
         if (fixed && o_.strides.size() != ni + no)
@@ -953,6 +1037,7 @@ private:
         for (std::size_t i = 0; i < k_.outputs.size(); ++i)
             line(2, "{}* __restrict__ out{} = p.out{} + row_begin * ld_out{} + j;", T_, i, i, i);
         line(2, "long long t = row_begin;");
+        if (!echo_.empty()) echo_rows_ = EchoRows::Store;  // (until the batched loops)
         // The pass's first rows run one at a time with every guard: loads before the panel's first row
         // read NaN, RowInPass is tested, and outputs are stored only from out_begin on. They are the
         // warm-up rows plus the largest lag read, so in the loops after them every guard holds: t >= out_begin,
@@ -1035,7 +1120,9 @@ private:
         const bool one_loop = o_.one_loop && o_.strides.empty();
         line(2, "#pragma unroll 1");
         if (one_loop) line(2, "for (; t < row_end; ++t) {{");
-        else line(2, "for (; t < row_end && (t < out_begin || t < row_begin + {}{}); ++t) {{", max_lag, unset);
+        else
+            line(2, "for (; t < row_end && (t < out_begin || t < row_begin + {}{}{}); ++t) {{", max_lag, unset,
+                 echo_.empty() ? std::string() : fmt::format(" || (t - row_begin) % {} != 0", echo_period_));
         guarded_ = true;
         loads(3, 1, Rows::First);
         step(3, 0);
@@ -1050,6 +1137,7 @@ private:
         // From here on sticky states are finite loop invariants; float32 copies of the float-exact ones.
         for (std::size_t st = 0; st < k_.states.size(); ++st)
             if (live_sticky_[st] && state_fexact_[st]) line(2, "const float sf{} = (float)s{};", st, st);
+        if (!echo_.empty()) echo_rows_ = EchoRows::Ring;
         if (U_ > 1) {
             if (stages_ > 0) staged_batches();
             else rolling_batches();
@@ -1065,6 +1153,7 @@ private:
                 line(2, "}}");
             }
         }
+        echo_rows_ = EchoRows::None;  // (the last rows load what leaves: no ring is read after them)
         if (warm_batches && o_.batched_edges) {
             // The last rows (fewer than U) in masked batches of at most 4 (few registers): rows from
             // row_end on are neither read (NaN) nor stored, and what they do to the states is dropped with
@@ -1122,7 +1211,7 @@ private:
         const int C = std::max(1, o_.strides.empty() ? 1 : o_.loop_copies);
         std::map<std::pair<int, int>, int> last_use;  // (input, row offset) -> last batch row reading it
         for (int u = 0; u < U_; ++u)
-            for (const auto& [slot, lag] : loads_) last_use[{slot, u - lag}] = u;
+            for (const auto& [slot, lag] : row_loads()) last_use[{slot, u - lag}] = u;
         const std::map<std::pair<int, int>, Reuse> reuse = hints_ ? row_reuse(last_use) : decltype(reuse){};
         auto load = [&](int ind, bool declare, const std::pair<int, int>& key, int rows_on) {
             const std::string name = load_name(key.first, key.second), addr = load_addr(key.first, key.second + rows_on);
@@ -1218,7 +1307,7 @@ private:
     void loads(int ind, int rows, Rows where) {
         std::set<std::pair<int, int>> done;
         for (int u = 0; u < rows; ++u)
-            for (const auto& [slot, lag] : loads_) {
+            for (const auto& [slot, lag] : row_loads()) {
                 const int off = u - lag;
                 if (!done.insert({slot, off}).second) continue;
                 const std::string addr = load_addr(slot, off);
@@ -1281,7 +1370,12 @@ private:
         return fmt::format("r{}[rp{} >= {} ? rp{} - {} : rp{} + {}]", r, r, lag, r, lag, r, ri.size - lag);
     }
 
-    // One row of the body: rings advance, then the instructions top to bottom.
+    // Ring e's slot of batch row u in the batched loops (which start a multiple of every lag after row_begin
+    // and advance by one).
+    int echo_slot(std::size_t e, int u) const { return echo_[e].offset + u % echo_[e].lag; }
+
+    // One row of the body: rings advance, then the instructions top to bottom; echo rings (echo_plan()) are
+    // read before them and take this row's values after them.
     void step(int ind, int u) {
         line(ind, "{{  // row {}", row(u));
         const int in = ind + 1;
@@ -1295,8 +1389,18 @@ private:
                 line(in, "rp{} = rp{} == {} ? 0 : rp{} + 1;", r, r, ri.size - 1, r);
             }
         }
+        if (echo_rows_ == EchoRows::Ring)
+            for (std::size_t e = 0; e < echo_.size(); ++e)
+                line(in, "const double ve{} = fj_echo[{}];  // %{} of row {} - {}", e, echo_slot(e, u), echo_[e].earlier,
+                     row(u), echo_[e].lag);
+        const std::vector<bool>& live = row_live();
         for (std::size_t i = 0; i < k_.body.size(); ++i)
-            if (live_[i]) inst(in, u, i);
+            if (live[i]) inst(in, u, i);
+        for (std::size_t e = 0; e < echo_.size() && echo_rows_ != EchoRows::None; ++e) {
+            const EchoRing& r = echo_[e];
+            if (echo_rows_ == EchoRows::Ring) line(in, "fj_echo[{}] = v{};", echo_slot(e, u), r.earlier);
+            else line(in, "fj_echo[{} + (int)((unsigned long long)({} - row_begin) % {}u)] = v{};", r.offset, row(u), r.lag, r.earlier);
+        }
         line(ind, "}}");
     }
 
@@ -1364,6 +1468,9 @@ private:
         const char* ty = x.type == Type::Bool ? "bool" : "double";
         auto v = [](std::int32_t n) { return fmt::format("v{}", n); };
         auto def = [&](const std::string& expr) { line(ind, "const {} v{} = {};", ty, i, expr); };
+        if (echo_rows_ == EchoRows::Ring)
+            for (std::size_t e = 0; e < echo_.size(); ++e)
+                if (static_cast<std::size_t>(echo_[e].later) == i) return def(fmt::format("ve{}", e));
         if (is_int_[i]) return int_inst(ind, u, i);
         if (x.op == Prim::StoreState && int_state_[x.slot]) {
             if (counter_select_[static_cast<std::size_t>(x.slot)] < 0) line(ind, "s{} = iv{};", x.slot, x.a);

@@ -43,6 +43,10 @@ std::uint64_t Kernel::hash() const {
     for (const Inst& i : body) {
         f.pod(i.op); f.pod(i.type); f.pod(i.a); f.pod(i.b); f.pod(i.c); f.pod(i.slot); f.pod(i.lag); f.pod(i.imm);
     }
+    f.pod(echoes.size());
+    for (const Echo& e : echoes) {
+        f.pod(e.later); f.pod(e.earlier); f.pod(e.lag);
+    }
     f.pod(halo);
     f.pod(max_input_lag);
     return f.h;
@@ -74,6 +78,7 @@ std::string Kernel::dump() const {
             if (o >= 0) add(fmt::format("%{}", o));
         out += fmt::format("{}{}{} {}\n", lhs.size() > 6 ? "" : "  ", lhs, prim_name(i.op), args);
     }
+    for (const Echo& e : echoes) out += fmt::format("  echo %{} = %{} at t-{}\n", e.later, e.earlier, e.lag);
     return out;
 }
 

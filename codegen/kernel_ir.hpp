@@ -81,6 +81,14 @@ struct Ring {
     std::string what;
 };
 
+// A value that repeats one computed `lag` rows earlier: body[later] at row t equals body[earlier] at row
+// t - lag wherever row t - lag was run by the same pass. A window's leaving term is its entering term d rows
+// on (lower_ops.cpp states each such pair); a backend may keep the earlier value instead of computing the
+// later one again (the CUDA column scan, in shared memory), or ignore the hint: both are right.
+struct Echo {
+    std::int32_t later = -1, earlier = -1, lag = 0;
+};
+
 struct Kernel {
     std::string name;                 // readable, e.g. "fj_corr_A_B_w20"
     std::vector<std::string> inputs;  // panel names, in slot order
@@ -88,6 +96,7 @@ struct Kernel {
     std::vector<StateSlot> states;
     std::vector<Ring> rings;
     std::vector<Inst> body;
+    std::vector<Echo> echoes;
     std::int32_t halo = 0;            // warm-up rows a tile needs before its first output row
     std::int32_t max_input_lag = 0;   // the largest lag of any Input
 

@@ -395,6 +395,13 @@ V shifted(IrBuilder& ir, int slot, V x, V valid) {
     return s1;
 }
 
+// The masked, shifted value leaving a window is the one that entered it d rows before: where the leaving
+// row is finite it was finite on entering too, so the shift (sticky: set by the pass's first finite row)
+// was already set and both are x - shift of the same x; elsewhere both are 0. Stated as an echo
+// (kernel_ir.hpp), so that a backend can keep the entering value instead of loading, converting and
+// shifting the row again.
+void leaves_as_entered(IrBuilder& ir, V leaving, V entering, int d) { ir.kernel().echoes.push_back({leaving, entering, d}); }
+
 V at_least(IrBuilder& ir, V n, int m) { return ir.b(Prim::CmpGE, n, ir.constant(m)); }
 
 V is_finite(IrBuilder& ir, V x) { return ir.lt(ir.f(Prim::Abs, x), ir.constant(kInf)); }
@@ -418,6 +425,7 @@ V Lowering::moments(const Node* node) {
         V shift = shifted(ir_, ir_.new_state(std::numeric_limits<double>::quiet_NaN(), "shift " + what), xv, in_finite);
         Sums sums(ir_, exact_, in_finite, out_finite);
         V yin = sums.in(ir_.sub(xv, shift)), yout = sums.out(ir_.sub(leave, shift));
+        leaves_as_entered(ir_, yout, yin, d);
         // d finite values or NaN: n = d wherever the result is not NaN (d >= 2: a run of finite rows).
         g.finite = full && d >= 2 ? finite_run(ir_, in_finite, what) : sums.count("finite n " + what);
         if (full) {
@@ -503,6 +511,8 @@ V Lowering::pair_moments(const Node* node) {
         Sums sums(ir_, exact_, in_finite, out_finite);
         V xi = sums.in(ir_.sub(xv, shx)), xo = sums.out(ir_.sub(lx, shx));
         V yi = sums.in(ir_.sub(yv, shy)), yo = sums.out(ir_.sub(ly, shy));
+        leaves_as_entered(ir_, xo, xi, d);
+        leaves_as_entered(ir_, yo, yi, d);
         // d finite rows or NaN: n = d wherever the result is not NaN (d >= 2: a run of finite rows).
         V nf = full && d >= 2 ? finite_run(ir_, in_finite, what) : sums.count("finite n " + what);
         if (full) {

@@ -210,7 +210,7 @@ static void check_window_scans_compile(const std::vector<std::pair<std::string, 
         CHECK(k.scan.smem_bytes > 0);
         CHECK(k.stack_bytes == 0);
         CHECK(k.registers <= 128);
-        CHECK(k.log.find("warning") == std::string::npos);
+        CHECK_MESSAGE(k.log.find("warning") == std::string::npos, k.log);
     }
 }
 
@@ -344,7 +344,55 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
     // ... the pass's first rows in batches that may run past the warm-up, its last ones in masked batches.
     CHECK(done.source.find("t < warm_end && t + 4 <= row_end; t += 4)") != std::string::npos);
     CHECK(done.source.find("< row_end ? in0[") != std::string::npos);
-    CHECK(done.smem_per_thread == 0);
+    // Echo rings: the values corr's sums remove come back from shared memory (20 rows of A's and B's
+    // shifted values, 41 doubles a thread: an odd stride), batches of 20 rows that start 20 rows on from the
+    // pass's first row, no loads of leaving rows in them; without them, 16 rows and the loads.
+    CHECK(done.shape.echo_rings == 2);
+    CHECK(done.shape.batch_rows == 20);
+    CHECK(done.smem_per_thread == 41 * 8);
+    CHECK(done.source.find("const double ve1 = fj_echo[39];") != std::string::npos);
+    CHECK(done.source.find("fj_echo[20 + (int)((unsigned long long)((t + 3) - row_begin) % 20u)] = v") != std::string::npos);
+    CHECK(done.source.find("|| (t - row_begin) % 20 != 0); ++t)") != std::string::npos);
+    const std::size_t batched = done.source.find("for (; t + 40 <= row_end; t += 20) {");
+    REQUIRE(batched != std::string::npos);
+    const std::string loop = done.source.substr(batched, done.source.find("#pragma unroll 1", batched) - batched);
+    CHECK(loop.find("in0[-") == std::string::npos);
+    CHECK(loop.find("in0[39LL * ld_in0]") != std::string::npos);  // (the rolling load of the next batch's last row)
+    CHECK(done.stack_bytes == 0);
+    {
+        cu::CudaSettings no_echo;
+        no_echo.echo = false;
+        const auto loads = specialised(plan, no_echo);
+        CHECK(loads.shape.echo_rings == 0);
+        CHECK(loads.shape.batch_rows == 16);
+        CHECK(loads.smem_per_thread == 0);
+        CHECK(loads.source.find("fj_echo") == std::string::npos);
+        CHECK(loads.source.find("x0_m20 = in0[-4LL * ld_in0];") != std::string::npos);
+        CHECK(loads.key != done.key);
+        // A single window has one ring: none by default (CudaEmitOptions::echo_min_rings); with it, a window
+        // of 5 takes batches of 20 (the first multiple of 5 from 16 rows) and a ring of 5 doubles. A pair of
+        // windows of 30: no multiple of at most kCudaMaxEchoUnroll rows, so no ring. Float64 as float32.
+        const fj::codegen::Plan std5_plan = fj::codegen::make_plan({{"o", fj::std(fj::window(A, 5))}});
+        const auto std5 = specialised(std5_plan, cu::CudaSettings{});
+        CHECK(std5.shape.echo_rings == 0);
+        CHECK(std5.shape.batch_rows == 16);
+        CHECK(std5.smem_per_thread == 0);
+        fj::codegen::CudaEmitOptions one_ring = std5.emitted;
+        one_ring.echo_min_rings = 1;
+        const fj::codegen::CudaColumnScanShape ring5 = fj::codegen::cuda_column_scan_shape(std5_plan.regions[0].kernel, one_ring);
+        CHECK(ring5.echo_rings == 1);
+        CHECK(ring5.batch_rows == 20);
+        CHECK(ring5.smem_per_thread == 5 * 8);
+        const auto corr30 = specialised(fj::codegen::make_plan({{"o", fj::corr(fj::window(A, 30), fj::window(B, 30))}}),
+                                        cu::CudaSettings{}, fj::DType::F64);
+        CHECK(corr30.shape.echo_rings == 0);
+        CHECK(corr30.shape.batch_rows == 16);
+        CHECK(corr30.smem_per_thread == 0);
+        const auto f64 = specialised(plan, cu::CudaSettings{}, fj::DType::F64);
+        CHECK(f64.shape.echo_rings == 2);
+        CHECK(f64.smem_per_thread == 41 * 8);
+        CHECK(f64.stack_bytes == 0);
+    }
     // The halo's rows before out_begin in batches that store nothing, where the rows leaving the window
     // before the pass are not read (every use masks them).
     CHECK(done.source.find("for (; t + 4 <= out_begin; t += 4)") != std::string::npos);
@@ -463,11 +511,12 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         CHECK(staged.emitted.unroll == cu::kSpecializedStagedUnroll);
         CHECK(staged.smem_per_thread == (2 * 32 + 1) * 4);  // 2 stages of 8 rows x 4 loads, odd stride
         CHECK(staged.registers > 0);
-        // Five float64 stages would take more than kCudaMaxStageBytesPerThread: register loads; five float32
-        // stages fit.
+        // Five float64 stages would take more than kCudaMaxStageBytesPerThread: register loads (with echo
+        // rings); five float32 stages fit.
         st.stages = 5;
         const auto f64 = specialised(plan, st, fj::DType::F64);
-        CHECK(f64.smem_per_thread == 0);
+        CHECK(f64.shape.echo_rings == 2);
+        CHECK(f64.smem_per_thread == 41 * 8);
         CHECK(f64.source.find("cp.async") == std::string::npos);
         CHECK(specialised(plan, st).smem_per_thread == (5 * 32 + 1) * 4);
     }
@@ -488,6 +537,7 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
     SUBCASE("L2 eviction hints") {
         cu::CudaSettings h;
         h.cache_hints = true;
+        h.echo = false;  // (echo rings read no row twice)
         for (fj::DType dt : {fj::DType::F32, fj::DType::F64}) {
             const auto hinted = specialised(plan, h, dt);
             const std::string& src = hinted.source;
@@ -504,7 +554,7 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         cu::CudaSettings c2;
         c2.copies = 2;
         const auto two = specialised(plan, c2);
-        CHECK(two.source.find("for (; t + 48 <= row_end; t += 16)") != std::string::npos);
+        CHECK(two.source.find("for (; t + 60 <= row_end; t += 20)") != std::string::npos);  // (batches of 20: echo rings)
         CHECK(two.registers > 0);
     }
 }

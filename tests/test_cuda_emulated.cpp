@@ -169,10 +169,12 @@ public:
     // window_scan: window-scan kernels (CudaEmitOptions::window_scan), run with a thread per CUDA thread,
     // scan_ahead batches copied ahead, scan_warps warps per block (0: the defaults); chain: chained window
     // scans (CudaEmitOptions::window_scan_chain); unroll: rows per load batch (CudaEmitOptions::unroll);
-    // one_loop: generic kernels in one guarded loop (CudaEmitOptions::one_loop).
+    // one_loop: generic kernels in one guarded loop (CudaEmitOptions::one_loop); echo: specialised kernels
+    // with register loads and echo rings (CudaEmitOptions::echo_rings) instead of staged loads.
     Emulated(const std::vector<const fj::ir::Kernel*>& kernels, fj::DType dtype, const std::string& dir,
              const std::string& cxx, long long ld_in = 0, long long ld_out = 0, bool window_scan = false,
-             int scan_ahead = 0, int scan_warps = 0, bool chain = false, int unroll = 3, bool one_loop = false)
+             int scan_ahead = 0, int scan_warps = 0, bool chain = false, int unroll = 3, bool one_loop = false,
+             bool echo = false)
         : window_scan_(window_scan),
           scan_warps_(chain ? fj::codegen::kWindowScanChainWarps : scan_warps > 0 ? scan_warps : fj::codegen::kWindowScanWarps),
           chain_(chain) {
@@ -188,7 +190,9 @@ public:
                 o.l2_prefetch_rows = 5;
                 // float32: loads staged in "shared memory" (kernels with too many fall back to registers);
                 // float64: register loads, two batches per loop iteration; both with batched edges.
-                o.async_stages = dtype == fj::DType::F32 ? 3 : 0;
+                o.async_stages = dtype == fj::DType::F32 && !echo ? 3 : 0;
+                o.echo_rings = echo;  // (batches of 3 rows become a multiple of the windows' lengths)
+                o.echo_min_rings = 1;  // (a single window's one ring too)
                 o.loop_copies = 2;
                 o.batched_edges = true;  // first and last rows of a pass in (masked) batches
                 o.cache_hints = true;    // hinted loads and stores in the register-load batched loop
@@ -218,6 +222,7 @@ public:
                    "    " + k.name + "(*static_cast<const fj_params_" + k.name + "*>(w));\n  }\n}\n";
         }
         const std::string stem = dir + "/emulated_" + std::string(fj::dtype_name(dtype)) + (ld_in > 0 ? "_fixed" : "") +
+                                 (echo ? "_echo" : "") +
                                  (window_scan ? "_scan" + std::to_string(ld_in) : "") + (chain ? "_chain" : "");
         std::ofstream(stem + ".cpp") << src;
         const std::string cmd = cxx + " -std=c++20 -O1 -shared -fPIC -pthread -w -o " + stem + ".so " + stem + ".cpp > " +
@@ -408,6 +413,9 @@ TEST_CASE("generated kernels, run on the host, match the reference") {
         // Every program once more, on kernels specialised on the panels' leading dimensions.
         Emulated fixed(kernels, dtype, dir, cxx, padded.ld_in, padded.ld_out);
         REQUIRE_MESSAGE(fixed.error().empty(), fixed.error());
+        // And with echo rings (the runtime's default for specialised kernels).
+        Emulated echo(kernels, dtype, dir, cxx, padded.ld_in, padded.ld_out, false, 0, 0, false, 3, false, true);
+        REQUIRE_MESSAGE(echo.error().empty(), echo.error());
         const fj::test::Inputs data = fj::test::as_dtype(ds.inputs, dtype);
         for (std::int64_t tile : {0, 7}) {
             CAPTURE(tile);
@@ -416,14 +424,14 @@ TEST_CASE("generated kernels, run on the host, match the reference") {
                 std::vector<fj::Expr> roots;
                 for (const auto& [name, e] : programs[pi]) roots.push_back(e);
                 const auto refs = fj::test::reference(roots, data, ds.rows, ds.cols);
-                for (int kind : {0, 1, 2}) {  // generic by default, generic in batches, specialised
+                for (int kind : {0, 1, 2, 3}) {  // generic by default, generic in batches, specialised, with echoes
                     CAPTURE(kind);
-                    const bool specialised = kind == 2;
+                    const bool specialised = kind >= 2;
                     const long long ld_in = padded.ld_in, ld_out = padded.ld_out;
                     check_outputs(plan, roots, refs, data, ds.rows, ds.cols, dtype, ld_in, ld_out,
                                   [&](const auto& ip, const auto& op) {
                                       for (std::size_t r = 0; r < plan.regions.size(); ++r)
-                                          (specialised ? fixed : kind == 1 ? batched : emu)
+                                          (kind == 3 ? echo : specialised ? fixed : kind == 1 ? batched : emu)
                                               .run(first_kernel[pi] + r, plan.regions[r].kernel, ip, op, tile);
                                   });
                 }

@@ -66,6 +66,7 @@ CudaSettings CudaSettings::from_env() {
     s.scan_ahead = env_int("FJ_CUDA_SCAN_AHEAD", 0, 0, 8);
     s.scan_warps = env_int("FJ_CUDA_SCAN_WARPS", 0, 0, 16);
     s.scan_chain = env_int("FJ_CUDA_SCAN_CHAIN", s.scan_chain, -1, 1);
+    s.echo = env_int("FJ_CUDA_ECHO", 1, 0, 1) != 0;
     if (s.scan_warps != 0 && s.scan_warps != 8 && s.scan_warps != 16)
         throw Error(fmt::format("FJ_CUDA_SCAN_WARPS={} is not 8 or 16", s.scan_warps));
     if (s.launch_bounds % 32) throw Error(fmt::format("FJ_CUDA_LAUNCH_BOUNDS={} is not a multiple of 32", s.launch_bounds));
@@ -96,11 +97,11 @@ std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::st
                        n.version, opts, settings.unroll, settings.reg_ring_max,
                        settings.big_body_shapes ? " bigbodyshapes" : "") +
            (strides.empty() ? fmt::format(" oneloop={}", settings.one_loop ? 1 : 0)
-                            : fmt::format(" ld=[{}] l2pf={} stages={} copies={} edges={} lb={} hints={} warm={} scan={} ahead={} warps={} chain={}",
+                            : fmt::format(" ld=[{}] l2pf={} stages={} copies={} edges={} lb={} hints={} warm={} scan={} ahead={} warps={} chain={} echo={}",
                                           fmt::join(strides, ","), settings.l2_prefetch, settings.stages,
                                           settings.copies, settings.batched_edges, settings.launch_bounds,
                                           settings.cache_hints, settings.warm_rows, settings.window_scan, settings.scan_ahead, settings.scan_warps,
-                                          settings.scan_chain));
+                                          settings.scan_chain, settings.echo ? 1 : 0));
 }
 
 int long_window_inputs(const ir::Kernel& kernel) {
@@ -127,6 +128,7 @@ codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype
     eo.batched_edges = settings.batched_edges;
     eo.max_threads = settings.launch_bounds;
     eo.warm_only_rows = settings.warm_rows;
+    eo.echo_rings = settings.echo;
     eo.cache_hints = settings.cache_hints >= 0 ? settings.cache_hints == 1 : kernel.max_input_lag >= kCacheHintMinLag;
     int major = 0, minor = 0;
     parse_arch(arch, &major, &minor);
@@ -167,7 +169,8 @@ CudaCompiled compile_cuda_kernel(const ir::Kernel& kernel, DType dtype, const st
     c.key = cuda_kernel_key(kernel, dtype, arch, cubin, settings, strides);
     const auto t0 = std::chrono::steady_clock::now();
     c.emitted = cuda_emit_options(kernel, dtype, settings, strides, arch, &c.scan);
-    c.smem_per_thread = codegen::cuda_shared_bytes_per_thread(kernel, c.emitted);
+    if (!c.emitted.strides.empty() && !c.emitted.window_scan) c.shape = codegen::cuda_column_scan_shape(kernel, c.emitted);
+    c.smem_per_thread = c.emitted.window_scan ? 0 : c.shape.smem_per_thread;
     c.source = codegen::emit_cuda(kernel, c.emitted);
     c.emit_ms = ms_since(t0);
     c.dump_path = dump_source(fmt::format("{}-{:016x}", c.function, fnv1a64(c.key.data(), c.key.size())), c.source);
@@ -591,7 +594,7 @@ std::string CudaExecutable::explain() const {
                                k.fixed->registers, k.fixed->block, k.fixed->blocks_per_sm,
                                k.fixed->scan.smem_bytes ? fmt::format(", window scan with {} B of shared memory per block",
                                                                       k.fixed->scan.smem_bytes)
-                               : k.fixed->smem_per_thread ? fmt::format(", loads staged in {} B of shared memory per thread",
+                               : k.fixed->smem_per_thread ? fmt::format(", {} B of shared memory per thread (staged loads or echo rings)",
                                                                         k.fixed->smem_per_thread)
                                                           : std::string());
         if (k.fixed_column)

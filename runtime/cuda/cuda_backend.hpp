@@ -8,7 +8,8 @@
 //                       or ~/.cache/factorjit)
 //   FJ_DUMP_DIR         write every generated CUDA source there (<kernel>-<key hash>.cu)
 //   FJ_CUDA_DEVICE      device ordinal (default 0)
-//   FJ_CUDA_UNROLL      rows per load batch in generated kernels (default 1, and 16 for big panels; 1..16)
+//   FJ_CUDA_UNROLL      rows per load batch in generated kernels (default 1, and 16 for big panels; 1..16;
+//                       echo rings round it up to a multiple of the window, at most 24)
 //   FJ_CUDA_ONE_LOOP    generic kernels (small panels) in one guarded loop: 1 (the default unless
 //                       FJ_CUDA_UNROLL is set) or 0 (CudaSettings::one_loop)
 //   FJ_CUDA_FMAD        1: let NVRTC contract a*b+c into FMA (default 0: the same IEEE operations as the
@@ -32,6 +33,9 @@
 //   FJ_CUDA_SCAN_CHAIN  1: window scans are chained window scans where their sums split and a batch of
 //                       16-32 rows divides the window (codegen/cuda_chain_emit.cpp), 0: never; default: where
 //                       they keep kChainMinSums or more window sums (corr, not cov)
+//   FJ_CUDA_ECHO        0: those kernels load a window's leaving rows again (default 1: the values their
+//                       sums remove come back from shared memory where entering rows left them, batches
+//                       of a multiple of the window; codegen::CudaEmitOptions::echo_rings)
 //   FJ_CUDA_BIG_BODY_SHAPES  1: big fused kernels get the shapes ptxas miscompiled (diagnosis)
 //   FJ_NVRTC_OPTIONS    extra NVRTC options, space-separated (e.g. "-Xptxas -O1"; diagnosis)
 //   FJ_CUDA_SMEM        unused dynamic shared memory per block, in bytes (default 0): caps the blocks
@@ -132,6 +136,7 @@ struct CudaSettings {
     int scan_ahead = 0;                   // FJ_CUDA_SCAN_AHEAD: window scans' batches copied ahead (0: as many as fit)
     int scan_warps = 0;                   // FJ_CUDA_SCAN_WARPS: window scans' warps per block, 8 or 16 (0: 8)
     int scan_chain = -1;                  // FJ_CUDA_SCAN_CHAIN: 1 wherever sums split, 0 never, -1 by kChainMinSums
+    bool echo = true;                     // FJ_CUDA_ECHO: echo rings (specialised kernels; codegen::CudaEmitOptions::echo_rings)
     std::vector<std::string> extra_options;  // FJ_NVRTC_OPTIONS, appended to NVRTC's (part of the cache key)
     static CudaSettings from_env();
 };
@@ -165,6 +170,7 @@ struct CudaCompiled {
     int registers = -1, stack_bytes = -1;  // read from the cubin's ELF (-1 for PTX)
     codegen::CudaEmitOptions emitted;      // how it was generated
     int smem_per_thread = 0;               // dynamic shared memory its launches need per thread
+    codegen::CudaColumnScanShape shape;    // specialised column scans: batch rows, echo rings (else defaults)
     codegen::WindowScanLayout scan;        // window-scan kernels: shared memory per block, copies' rows
     std::string log;           // NVRTC warnings
 };
