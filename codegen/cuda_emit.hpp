@@ -118,13 +118,20 @@ struct CudaEmitOptions {
     // of two values per row, and no re-reads of lagged rows through L2). Batches then take a multiple of
     // the windows' lengths (at most kCudaMaxEchoUnroll rows), and a pass's batched loop starts a multiple of
     // them after its first row. Kernels whose rings would take more than kCudaMaxEchoBytesPerThread, or
-    // whose windows' lengths have no multiple that short, or that have fewer than echo_min_rings rings,
-    // load the leaving rows as before. H200 (bench/RESULTS.md, ninth session), 50,000 x 50,000 float32,
-    // rings against loads: corr w=20 (2 rings) 8.443 against 8.540 ms, at 5,000 x 4,000 0.0896 against
-    // 0.0917; std w=20 (1 ring) 7.191 against 7.073 and mean w=10 6.614 against 6.338 (registers rose from
-    // 88 and 96 to 114 and 116: 512 threads per SM instead of 640). Hence at least 2 rings by default.
+    // whose windows' lengths have no multiple that short, load the leaving rows as before, and so do windows
+    // shorter than echo_min_lag. The rings are volatile: without that, NVVM forwarded a ring's value from
+    // its store to its read in the same batch and hoisted reads, and registers rose (corr w=10 128 -> 144,
+    // cov w=20 126 -> 192). H200 (bench/RESULTS.md, ninth session), 50,000 x 50,000 float32, rings against
+    // loads: corr w=20 8.333 against 8.684 ms (sustained 9.531 against 9.958), corr w=10 8.258 / 8.419,
+    // cov w=20 8.235 / 8.489, std w=20 6.574 / 7.072, mean w=10 6.280 / 6.331, corr w=20 at 5,000 x 4,000
+    // 0.0900 / 0.0924; but std w=5 6.511 against 6.161, hence the minimum lag.
     bool echo_rings = false;
-    int echo_min_rings = 2;
+    int echo_min_lag = 8;
+    // Float32 kernels' reciprocal square root (corr): the hardware estimate (relative error below 2^-22) and
+    // one Newton step (about 2^-43), or, off, the estimate alone: within SEMANTICS.md's float32 contract
+    // (1e-6 relative overall, 1e-5 per element) but with less margin, so off only as an experiment for
+    // whoever owns that contract (FJ_CUDA_RSQRT_REFINE=0; bench/RESULTS.md has what it saves).
+    bool rsqrt_refine = true;
     // Generic kernels (no strides) only: every row of a pass in the guarded one-row loop, instead of the
     // guarded loop for the warm-up rows and a second copy of the body, without guards, for the rest (and
     // `unroll` is then ignored). One copy of the body for NVRTC to compile: cold compiles of J1's kernels

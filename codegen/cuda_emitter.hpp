@@ -481,14 +481,15 @@ private:
                 static_cast<std::size_t>(e.earlier) >= n || e.lag < 1)
                 throw BackendError(fmt::format("CUDA emitter: kernel {}: echo %{} = %{} at lag {} out of range", k_.name,
                                                e.later, e.earlier, e.lag));
-            if (!plain(e.later) || !plain(e.earlier) || is_later[static_cast<std::size_t>(e.later)]) continue;
+            if (e.lag < o_.echo_min_lag || !plain(e.later) || !plain(e.earlier) || is_later[static_cast<std::size_t>(e.later)])
+                continue;
             is_later[static_cast<std::size_t>(e.later)] = true;
             rings.push_back({e.later, e.earlier, e.lag, doubles});
             doubles += e.lag;
             period = std::lcm(period, static_cast<long long>(e.lag));
         }
         const int stride = doubles | 1;  // an odd stride: a half-warp's 8-byte accesses hit distinct banks
-        if (rings.empty() || static_cast<int>(rings.size()) < o_.echo_min_rings || period > kCudaMaxEchoUnroll ||
+        if (rings.empty() || period > kCudaMaxEchoUnroll ||
             stride * static_cast<int>(sizeof(double)) > kCudaMaxEchoBytesPerThread)
             return;
         const int p = static_cast<int>(period);
@@ -960,6 +961,17 @@ private:
             line(1, "return fma(0.5 * e, y, y);");
             line(0, "}}");
             line(0, "#endif");
+            if (!o_.rsqrt_refine) {
+                // The estimate alone (CudaEmitOptions::rsqrt_refine off: an experiment on the accuracy contract).
+                line(0, "#ifndef FJ_RSQRT0_DEFINED");
+                line(0, "#define FJ_RSQRT0_DEFINED");
+                line(0, "__device__ __forceinline__ double fj_rsqrt0(double a) {{");
+                line(1, "double y;");
+                line(1, "FJ_RSQRT_ESTIMATE(y, a);  // relative error below 2^-22");
+                line(1, "return y;");
+                line(0, "}}");
+                line(0, "#endif");
+            }
         }
         if (scan_mode_) scan_macros();
         line(0, "struct fj_params_{} {{", name_);
@@ -994,7 +1006,7 @@ private:
         }
         if (!echo_.empty()) {
             line(1, "FJ_SMEM_DECL;");
-            line(1, "double* const fj_echo = reinterpret_cast<double*>(fj_smem) + threadIdx.x * {}u;  // this thread's echo rings",
+            line(1, "volatile double* const fj_echo = reinterpret_cast<double*>(fj_smem) + threadIdx.x * {}u;  // this thread's echo rings",
                  echo_stride_);
         }
         const std::size_t ni = k_.inputs.size(), no = k_.outputs.size();
@@ -1552,7 +1564,9 @@ private:
         case Prim::Floor: def(fmt::format("floor({})", v(x.a))); break;
         // Correctly rounded 1/a without a division's extra steps; rsqrt is within 1 ulp (CUDA math API).
         case Prim::Recip: def(fmt::format("__drcp_rn({})", v(x.a))); break;
-        case Prim::RSqrt: def(fmt::format("{}({})", fast_rsqrt_ ? "fj_rsqrt" : "rsqrt", v(x.a))); break;
+        case Prim::RSqrt:
+            def(fmt::format("{}({})", !fast_rsqrt_ ? "rsqrt" : o_.rsqrt_refine ? "fj_rsqrt" : "fj_rsqrt0", v(x.a)));
+            break;
         case Prim::Fma: def(fmt::format("fma({}, {}, {})", v(x.a), v(x.b), v(x.c))); break;  // kept by --fmad=false
         case Prim::Min: def(fmt::format("fmin({}, {})", v(x.a), v(x.b))); break;  // one DMNMX
         case Prim::Max: def(fmt::format("fmax({}, {})", v(x.a), v(x.b))); break;

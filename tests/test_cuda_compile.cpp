@@ -350,6 +350,7 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
     CHECK(done.shape.echo_rings == 2);
     CHECK(done.shape.batch_rows == 20);
     CHECK(done.smem_per_thread == 41 * 8);
+    CHECK(done.source.find("volatile double* const fj_echo") != std::string::npos);  // (no forwarding, no hoisting)
     CHECK(done.source.find("const double ve1 = fj_echo[39];") != std::string::npos);
     CHECK(done.source.find("fj_echo[20 + (int)((unsigned long long)((t + 3) - row_begin) % 20u)] = v") != std::string::npos);
     CHECK(done.source.find("|| (t - row_begin) % 20 != 0); ++t)") != std::string::npos);
@@ -369,17 +370,21 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         CHECK(loads.source.find("fj_echo") == std::string::npos);
         CHECK(loads.source.find("x0_m20 = in0[-4LL * ld_in0];") != std::string::npos);
         CHECK(loads.key != done.key);
-        // A single window has one ring: none by default (CudaEmitOptions::echo_min_rings); with it, a window
-        // of 5 takes batches of 20 (the first multiple of 5 from 16 rows) and a ring of 5 doubles. A pair of
-        // windows of 30: no multiple of at most kCudaMaxEchoUnroll rows, so no ring. Float64 as float32.
+        // A single window of 20 has one ring (21 doubles). One of 5 has none by default (shorter than
+        // CudaEmitOptions::echo_min_lag); allowed, it takes batches of 20 (the first multiple of 5 from 16
+        // rows) and a ring of 5 doubles. A pair of windows of 30: no multiple of at most kCudaMaxEchoUnroll
+        // rows, so no ring. Float64 as float32.
+        const auto std20 = specialised(fj::codegen::make_plan({{"o", fj::std(fj::window(A, 20))}}), cu::CudaSettings{});
+        CHECK(std20.shape.echo_rings == 1);
+        CHECK(std20.smem_per_thread == 21 * 8);
         const fj::codegen::Plan std5_plan = fj::codegen::make_plan({{"o", fj::std(fj::window(A, 5))}});
         const auto std5 = specialised(std5_plan, cu::CudaSettings{});
         CHECK(std5.shape.echo_rings == 0);
         CHECK(std5.shape.batch_rows == 16);
         CHECK(std5.smem_per_thread == 0);
-        fj::codegen::CudaEmitOptions one_ring = std5.emitted;
-        one_ring.echo_min_rings = 1;
-        const fj::codegen::CudaColumnScanShape ring5 = fj::codegen::cuda_column_scan_shape(std5_plan.regions[0].kernel, one_ring);
+        fj::codegen::CudaEmitOptions short_ring = std5.emitted;
+        short_ring.echo_min_lag = 1;
+        const fj::codegen::CudaColumnScanShape ring5 = fj::codegen::cuda_column_scan_shape(std5_plan.regions[0].kernel, short_ring);
         CHECK(ring5.echo_rings == 1);
         CHECK(ring5.batch_rows == 20);
         CHECK(ring5.smem_per_thread == 5 * 8);

@@ -192,7 +192,7 @@ public:
                 // float64: register loads, two batches per loop iteration; both with batched edges.
                 o.async_stages = dtype == fj::DType::F32 && !echo ? 3 : 0;
                 o.echo_rings = echo;  // (batches of 3 rows become a multiple of the windows' lengths)
-                o.echo_min_rings = 1;  // (a single window's one ring too)
+                o.echo_min_lag = 1;  // (short windows' rings too)
                 o.loop_copies = 2;
                 o.batched_edges = true;  // first and last rows of a pass in (masked) batches
                 o.cache_hints = true;    // hinted loads and stores in the register-load batched loop

@@ -67,6 +67,7 @@ CudaSettings CudaSettings::from_env() {
     s.scan_warps = env_int("FJ_CUDA_SCAN_WARPS", 0, 0, 16);
     s.scan_chain = env_int("FJ_CUDA_SCAN_CHAIN", s.scan_chain, -1, 1);
     s.echo = env_int("FJ_CUDA_ECHO", 1, 0, 1) != 0;
+    s.rsqrt_refine = env_int("FJ_CUDA_RSQRT_REFINE", 1, 0, 1) != 0;
     if (s.scan_warps != 0 && s.scan_warps != 8 && s.scan_warps != 16)
         throw Error(fmt::format("FJ_CUDA_SCAN_WARPS={} is not 8 or 16", s.scan_warps));
     if (s.launch_bounds % 32) throw Error(fmt::format("FJ_CUDA_LAUNCH_BOUNDS={} is not a multiple of 32", s.launch_bounds));
@@ -92,10 +93,10 @@ std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::st
     const Nvrtc& n = nvrtc_api();
     std::string opts;
     for (const std::string& o : nvrtc_options(arch, settings)) opts += o + ' ';
-    return fmt::format("fj-cuda ir={:016x} dtype={} codegen={} target={}{} nvrtc={} opts=[{}] unroll={} ringreg={}{}",
+    return fmt::format("fj-cuda ir={:016x} dtype={} codegen={} target={}{} nvrtc={} opts=[{}] unroll={} ringreg={}{}{}",
                        kernel.hash(), dtype_name(dtype), codegen::kCudaCodegenVersion, arch, cubin ? "" : "(ptx)",
                        n.version, opts, settings.unroll, settings.reg_ring_max,
-                       settings.big_body_shapes ? " bigbodyshapes" : "") +
+                       settings.big_body_shapes ? " bigbodyshapes" : "", settings.rsqrt_refine ? "" : " rsqrt0") +
            (strides.empty() ? fmt::format(" oneloop={}", settings.one_loop ? 1 : 0)
                             : fmt::format(" ld=[{}] l2pf={} stages={} copies={} edges={} lb={} hints={} warm={} scan={} ahead={} warps={} chain={} echo={}",
                                           fmt::join(strides, ","), settings.l2_prefetch, settings.stages,
@@ -122,6 +123,7 @@ codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype
     eo.strides = strides;
     eo.big_body_shapes = settings.big_body_shapes;
     eo.one_loop = settings.one_loop;
+    eo.rsqrt_refine = settings.rsqrt_refine;
     if (strides.empty()) return eo;
     eo.l2_prefetch_rows = settings.l2_prefetch < 0 ? kSpecializedL2Prefetch : settings.l2_prefetch;
     eo.loop_copies = settings.copies;
