@@ -127,10 +127,12 @@ struct CudaEmitOptions {
     // 0.0900 / 0.0924; but std w=5 6.511 against 6.161, hence the minimum lag.
     bool echo_rings = false;
     int echo_min_lag = 8;
-    // Float32 kernels' reciprocal square root (corr): the hardware estimate (relative error below 2^-22) and
-    // one Newton step (about 2^-43), or, off, the estimate alone: within SEMANTICS.md's float32 contract
-    // (1e-6 relative overall, 1e-5 per element) but with less margin, so off only as an experiment for
-    // whoever owns that contract (FJ_CUDA_RSQRT_REFINE=0; bench/RESULTS.md has what it saves).
+    // Float32 kernels' reciprocal square root (corr): the hardware estimate and one Newton step, or, off,
+    // the estimate alone. Off is within SEMANTICS.md's float32 bounds (1e-6 relative overall, 1e-5 per
+    // element; cross-checks pass) but loses what users see: on the H200 corr of a panel with itself was
+    // exactly 1 in 37 % of the outputs instead of all, and up to 8.9e-7 (15 float32 steps) below it. So
+    // off only as an experiment for whoever owns that contract (FJ_CUDA_RSQRT_REFINE=0; bench/RESULTS.md,
+    // ninth session: sustained G1 9.5 -> 8.7-9.0 ms).
     bool rsqrt_refine = true;
     // Generic kernels (no strides) only: every row of a pass in the guarded one-row loop, instead of the
     // guarded loop for the warm-up rows and a second copy of the body, without guards, for the rest (and
