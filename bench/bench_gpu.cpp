@@ -332,8 +332,8 @@ Timing time_run(const fj::Program& p, const std::map<std::string, fj::Panel>& in
 // 8.63-8.74 ms for the first 4 runs (about 35 ms), 9.0 at the 6th, 9.7 from the 11th and 9.8-10.5 after
 // 1 s: the software power cap (700 W) lowers the SM clock to 1,290-1,440 MHz within about 50 ms of load
 // (2026-12-01, eighth session). So: "cool", a single computation's state, is the median of runs 2-6 after
-// cool_down() (one run of warm-up; five timed, as TARGETS.md asks: the median is the 4th run); "sustained", a library of factors run back to back, the median of 9
-// runs after 2 s of back-to-back runs.
+// cool_down() (one run of warm-up, then five timed, as TARGETS.md asks); "sustained", a library of factors
+// run back to back, the median of 9 runs after 2 s of back-to-back runs.
 void cool_down();
 Timing time_cool(const fj::Program& p, const std::map<std::string, fj::Panel>& in,
                  const std::map<std::string, fj::Panel>& out) {
@@ -369,8 +369,8 @@ void setenv_or_unset(const char* name, const std::string& v) {
 }
 
 // Benchmark settings as "key=value,key=value" (keys: unroll fmad block smem stages pf copies edges lb hints
-// warm scan ahead warps chain fixed oneloop echo refine, each an FJ_CUDA_* variable; tile, w and op, read by the cases): the FJ_CUDA_* variables of the keys
-// given are set, the others unset (library defaults).
+// warm scan ahead warps chain fixed oneloop echo refine, each an FJ_CUDA_* variable; tile, w and op, read by
+// the cases): the FJ_CUDA_* variables of the keys given are set, the others unset (library defaults).
 std::map<std::string, std::string> parse_setting(const std::string& item) {
     std::map<std::string, std::string> kv;
     std::istringstream fields(item);

@@ -154,6 +154,13 @@ private:
     int echo_stride_ = 0;                  // doubles of shared memory per thread (odd: no bank conflicts)
     std::vector<bool> echo_live_;          // live_ where later values come from the rings
     std::set<std::pair<int, int>> echo_loads_;  // loads_ there
+    // Generic one-loop kernels (CudaEmitOptions::one_loop): sticky states whose setting row depends on that
+    // row's inputs alone are set by a scan before the loop (preset_plan()), so that the loop treats them as
+    // invariants, as the batched loops do; the scan evaluates preset_live_.
+    bool preset_ = false;
+    std::vector<bool> preset_live_;
+    struct Preset { int state; std::int32_t valid, value; };
+    std::vector<Preset> presets_;
     // Rows being emitted: no ring, rows that store their earlier values (a pass's first rows, one slot
     // computed per row), or rows of the batched loops (slots known: they read the later values too).
     enum class EchoRows { None, Store, Ring };
@@ -366,6 +373,7 @@ private:
         pass_only_loads();
         async_plan();
         echo_plan();
+        preset_plan();
         hints_ = o_.cache_hints && !o_.strides.empty();
         fast_rsqrt_ = o_.dtype == DType::F32 && !big_body_ &&
                       std::any_of(k_.body.begin(), k_.body.end(), [&](const Inst& x) {
@@ -510,6 +518,67 @@ private:
         for (const EchoRing& r : echo_) echo_live_[static_cast<std::size_t>(r.earlier)] = true;
         for (std::size_t i = 0; i < n; ++i)
             if (echo_live_[i] && k_.body[i].op == Prim::Input) echo_loads_.insert({k_.body[i].slot, k_.body[i].lag});
+    }
+
+    // One-loop generic kernels: whether every live sticky state (a window's shift) is set by a value and a
+    // condition that read only the row's own inputs (no state, no lagged row): then a scan before the loop
+    // finds the pass's first row that sets each, and the loop needs no per-row test, select and store of
+    // them (corr: two of each). Rows before that first row mask what they shift (the sticky's condition is
+    // false there, and every use of the shifted value is masked by it), so results do not change.
+    void preset_plan() {
+        if (!o_.one_loop || !o_.strides.empty() || big_body_) return;
+        const std::size_t n = k_.body.size();
+        std::vector<bool> need(n, false);
+        std::vector<Preset> presets;
+        for (std::size_t i = 0; i < n; ++i) {
+            if (!live_[i] || k_.body[i].op != Prim::Select || sticky_of_[i] < 0) continue;
+            const Inst& sel = k_.body[i];
+            const Inst& c = k_.body[sel.a];
+            const std::int32_t valid = k_.body[c.a].op == Prim::IsNaN && sticky_of_[c.a] >= 0 ? c.b : c.a;
+            presets.push_back({sticky_of_[i], valid, sel.b});
+            need[static_cast<std::size_t>(valid)] = need[static_cast<std::size_t>(sel.b)] = true;
+        }
+        if (presets.empty()) return;
+        for (std::size_t i = n; i-- > 0;) {
+            if (!need[i]) continue;
+            const Inst& x = k_.body[i];
+            const bool pure = x.op != Prim::LoadState && x.op != Prim::StoreState && x.op != Prim::RowIndex &&
+                              x.op != Prim::RowInPass && x.op != Prim::RingRead && x.op != Prim::RingPush &&
+                              x.op != Prim::Output && !(x.op == Prim::Input && x.lag != 0) && counter_state_[i] < 0 &&
+                              sticky_of_[i] < 0;
+            if (!pure) return;
+            for (std::int32_t o : {x.a, x.b, x.c})
+                if (o >= 0) need[static_cast<std::size_t>(o)] = true;
+        }
+        preset_ = true;
+        preset_live_ = std::move(need);
+        presets_ = std::move(presets);
+    }
+
+    // The scan that sets the preset sticky states: from the pass's first row until all are set.
+    void preset_scan() {
+        line(2, "{{  // the sticky states (window shifts) from the pass's first rows that set them");
+        line(3, "#pragma unroll 1");
+        line(3, "for (long long r = 0; r < row_end - row_begin; ++r) {{");
+        std::set<int> inputs;
+        for (std::size_t i = 0; i < k_.body.size(); ++i)
+            if (preset_live_[i] && k_.body[i].op == Prim::Input) inputs.insert(k_.body[i].slot);
+        for (int slot : inputs) line(4, "const {} {} = in{}[r * ld_in{}];", T_, load_name(slot, 0), slot, slot);
+        for (std::size_t i = 0; i < k_.body.size(); ++i)
+            if (preset_live_[i]) inst(4, 0, i);
+        std::string all_set;
+        for (const Preset& ps : presets_) {
+            std::string value = fmt::format("v{}", ps.value);
+            if (float_state_[static_cast<std::size_t>(ps.state)]) {
+                value = float_exact(ps.value, 0);
+                if (value.empty()) value = fmt::format("(float)v{}", ps.value);
+            }
+            line(4, "if (s{} != s{} && v{}) s{} = {};", ps.state, ps.state, ps.valid, ps.state, value);
+            all_set += fmt::format("{}s{} == s{}", all_set.empty() ? "" : " && ", ps.state, ps.state);
+        }
+        line(4, "if ({}) break;", all_set);
+        line(3, "}}");
+        line(2, "}}");
     }
 
     // The instructions emitted in the rows being emitted, and the loads they read.
@@ -1130,6 +1199,7 @@ private:
             line(2, "}}");
         }
         const bool one_loop = o_.one_loop && o_.strides.empty();
+        if (preset_) preset_scan();
         line(2, "#pragma unroll 1");
         if (one_loop) line(2, "for (; t < row_end; ++t) {{");
         else
@@ -1492,9 +1562,11 @@ private:
             def("false");
             return;
         }
-        if (!guarded_ && sticky_of_[i] >= 0) {  // set already: the select keeps the state, the test fails
+        // Set already (or, preset, by no row of the pass): the select keeps the state, the test fails.
+        if ((!guarded_ || preset_) && sticky_of_[i] >= 0) {
             if (x.op == Prim::IsNaN) {
-                def("false");
+                // (Preset, a state no row of the pass sets stays NaN: tested, a loop invariant.)
+                def(guarded_ ? fmt::format("s{} != s{}", sticky_of_[i], sticky_of_[i]) : "false");
             } else if (fmat_[i]) {
                 line(ind, "const float fv{} = {};", i, float_exact(x.c, u));
                 line(ind, "const double v{} = (double)fv{};", i, i);
@@ -1503,7 +1575,7 @@ private:
             }
             return;
         }
-        if (!guarded_ && x.op == Prim::StoreState && sticky_state_[x.slot]) return;
+        if ((!guarded_ || preset_) && x.op == Prim::StoreState && sticky_state_[x.slot]) return;
         if (!guarded_ && x.op == Prim::Select && !fmat_[i] && masked_shift(i, u, ind)) return;
         if (narrow_[i]) {
             if (x.op == Prim::Select) line(ind, "const float fv{} = v{} ? {} : {};", i, x.a, rounded(x.b, u), rounded(x.c, u));

@@ -221,8 +221,9 @@ public:
                    "    blockIdx.x = x; blockIdx.y = y; threadIdx.x = t;\n"
                    "    " + k.name + "(*static_cast<const fj_params_" + k.name + "*>(w));\n  }\n}\n";
         }
+        // (One file per variant: dlopen of a path already loaded returns the library loaded first.)
         const std::string stem = dir + "/emulated_" + std::string(fj::dtype_name(dtype)) + (ld_in > 0 ? "_fixed" : "") +
-                                 (echo ? "_echo" : "") +
+                                 (echo ? "_echo" : "") + (one_loop ? "_oneloop" : "") + "_u" + std::to_string(unroll) +
                                  (window_scan ? "_scan" + std::to_string(ld_in) : "") + (chain ? "_chain" : "");
         std::ofstream(stem + ".cpp") << src;
         const std::string cmd = cxx + " -std=c++20 -O1 -shared -fPIC -pthread -w -o " + stem + ".so " + stem + ".cpp > " +

@@ -252,7 +252,7 @@ struct LoadedKernel {
     CUfunction fn = nullptr;
     int registers = 0, local_bytes = 0;
     int block = 0, blocks_per_sm = 0;
-    int smem_per_thread = 0;  // dynamic shared memory the kernel uses per thread (staged loads)
+    int smem_per_thread = 0;  // dynamic shared memory the kernel uses per thread (staged loads, echo rings)
     // Window-scan kernels: their launch needs (smem_bytes 0 for the column scan): dynamic shared memory per
     // block (blocks of their __launch_bounds__ threads owning codegen::kWindowScanColumns columns) and the
     // rows of their tensor copies.
