@@ -138,7 +138,8 @@ struct CudaEmitOptions {
     // guarded loop for the warm-up rows and a second copy of the body, without guards, for the rest (and
     // `unroll` is then ignored). One copy of the body for NVRTC to compile: cold compiles of J1's kernels
     // took 10-25 % less on the development machine, 27 % on the H200; the guards cost a few instructions
-    // per row (CudaSettings::one_loop has the run times).
+    // per row (CudaSettings::one_loop has the run times). Window shifts whose setting row depends on that
+    // row's inputs alone are set by a scan before the loop, so the loop does not test them in every row.
     bool one_loop = false;
     // The window-scan kernel instead of the column scan (see "Window-scan kernels" below): float32 and
     // fixed leading dimensions only; emit_cuda throws for kernels cuda_window_scan_smem() refuses.

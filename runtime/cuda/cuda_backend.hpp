@@ -118,7 +118,9 @@ struct CudaSettings {
     // guarded warm-up loop plus an unguarded one): half the code for NVRTC to compile, for small panels,
     // whose runs cost far less than a cold compile. H200 (bench/RESULTS.md, eighth session): J1's median
     // 98.9 against 134.7 ms; the generic kernels' run time +2 % (corr w=20), +6 % (max w=30), -7 % (std
-    // w=250) at 50,000 x 50,000, +10 % for corr at 5,000 x 4,000 (0.182 against 0.166 ms).
+    // w=250) at 50,000 x 50,000, +10 % for corr at 5,000 x 4,000 (0.182 against 0.166 ms). Since the window
+    // shifts are set before the loop (ninth session): corr w=20 15.959 against 15.975 ms, std w=250 11.844
+    // against 13.177.
     bool one_loop = true;
     bool unroll_given = false;  // FJ_CUDA_UNROLL set: kernels specialised on leading dimensions use it too
     bool fmad = false;
