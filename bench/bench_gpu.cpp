@@ -138,7 +138,6 @@ __device__ unsigned long long mixbits(unsigned long long z) {
 }
 // Box-Muller in float32 with the fast intrinsics: this is test data, and generating 2.5e9 values in
 // double-precision transcendentals would take seconds.
-__device__ float unif(unsigned long long k) { return ((unsigned)(mixbits(k) >> 40) + 0.5f) * (1.0f / 16777216.0f); }
 __device__ float gauss(unsigned long long k) {
     const unsigned long long h = mixbits(k);
     const float u1 = ((unsigned)(h >> 40) + 0.5f) * (1.0f / 16777216.0f);

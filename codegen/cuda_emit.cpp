@@ -27,10 +27,13 @@ CudaColumnScanShape cuda_column_scan_shape(const ir::Kernel& kernel, const CudaE
     return Emitter(kernel, options).column_scan_shape();
 }
 
-std::string emit_cuda(const ir::Kernel& kernel, const CudaEmitOptions& options) {
+std::string emit_cuda(const ir::Kernel& kernel, const CudaEmitOptions& options, CudaColumnScanShape* shape) {
+    if (shape) *shape = {};
     if (options.window_scan && options.window_scan_chain) return Emitter(kernel, options).run_chain();
     if (options.window_scan) return Emitter(kernel, options).run_scan();
-    return Emitter(kernel, options).run();
+    Emitter e(kernel, options);
+    if (shape) *shape = e.column_scan_shape();
+    return e.run();
 }
 
 WindowScanLayout cuda_window_scan_layout(const ir::Kernel& kernel, const CudaEmitOptions& options) {

@@ -223,13 +223,6 @@ inline constexpr int kCudaMaxEchoUnroll = 24;
 // A valid C identifier from kernel.name ("fj_" prefixed when needed, at most 120 characters).
 std::string cuda_kernel_name(const ir::Kernel& kernel);
 
-// The whole translation unit for NVRTC. Throws fj::BackendError for IR it cannot emit (a malformed
-// operand index, a type mismatch): the IR verifier should have caught those first.
-std::string emit_cuda(const ir::Kernel& kernel, const CudaEmitOptions& options);
-
-// Dynamic shared memory the kernel needs per thread of a block (0: none), for these options.
-int cuda_shared_bytes_per_thread(const ir::Kernel& kernel, const CudaEmitOptions& options);
-
 // The column scan that emit_cuda generates for these options: rows per batch (the option's, after the limits
 // of big bodies and the multiple echo rings need), its echo rings, its shared memory per thread.
 struct CudaColumnScanShape {
@@ -237,7 +230,17 @@ struct CudaColumnScanShape {
     int echo_rings = 0;
     int smem_per_thread = 0;
 };
+// (emit_cuda gives it too, from the same pass over the kernel.)
 CudaColumnScanShape cuda_column_scan_shape(const ir::Kernel& kernel, const CudaEmitOptions& options);
+
+// The whole translation unit for NVRTC. Throws fj::BackendError for IR it cannot emit (a malformed
+// operand index, a type mismatch): the IR verifier should have caught those first.
+// `shape`, when given, receives the column scan's shape (defaults for window scans).
+std::string emit_cuda(const ir::Kernel& kernel, const CudaEmitOptions& options, CudaColumnScanShape* shape = nullptr);
+
+// Dynamic shared memory the kernel needs per thread of a block (0: none), for these options.
+int cuda_shared_bytes_per_thread(const ir::Kernel& kernel, const CudaEmitOptions& options);
+
 
 // Words in the parameter block of `kernel` (see the ABI above).
 inline int cuda_param_words(const ir::Kernel& kernel) {

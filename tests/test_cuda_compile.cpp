@@ -349,7 +349,7 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
     // pass's first row, no loads of leaving rows in them; without them, 16 rows and the loads.
     CHECK(done.shape.echo_rings == 2);
     CHECK(done.shape.batch_rows == 20);
-    CHECK(done.smem_per_thread == 41 * 8);
+    CHECK(done.shape.smem_per_thread == 41 * 8);
     CHECK(done.source.find("volatile double* const fj_echo") != std::string::npos);  // (no forwarding, no hoisting)
     CHECK(done.source.find("const double ve1 = fj_echo[39];") != std::string::npos);
     CHECK(done.source.find("fj_echo[20 + (int)((unsigned long long)((t + 3) - row_begin) % 20u)] = v") != std::string::npos);
@@ -366,7 +366,7 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         const auto loads = specialised(plan, no_echo);
         CHECK(loads.shape.echo_rings == 0);
         CHECK(loads.shape.batch_rows == 16);
-        CHECK(loads.smem_per_thread == 0);
+        CHECK(loads.shape.smem_per_thread == 0);
         CHECK(loads.source.find("fj_echo") == std::string::npos);
         CHECK(loads.source.find("x0_m20 = in0[-4LL * ld_in0];") != std::string::npos);
         CHECK(loads.key != done.key);
@@ -376,12 +376,12 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         // rows, so no ring. Float64 as float32.
         const auto std20 = specialised(fj::codegen::make_plan({{"o", fj::std(fj::window(A, 20))}}), cu::CudaSettings{});
         CHECK(std20.shape.echo_rings == 1);
-        CHECK(std20.smem_per_thread == 21 * 8);
+        CHECK(std20.shape.smem_per_thread == 21 * 8);
         const fj::codegen::Plan std5_plan = fj::codegen::make_plan({{"o", fj::std(fj::window(A, 5))}});
         const auto std5 = specialised(std5_plan, cu::CudaSettings{});
         CHECK(std5.shape.echo_rings == 0);
         CHECK(std5.shape.batch_rows == 16);
-        CHECK(std5.smem_per_thread == 0);
+        CHECK(std5.shape.smem_per_thread == 0);
         fj::codegen::CudaEmitOptions short_ring = std5.emitted;
         short_ring.echo_min_lag = 1;
         const fj::codegen::CudaColumnScanShape ring5 = fj::codegen::cuda_column_scan_shape(std5_plan.regions[0].kernel, short_ring);
@@ -392,10 +392,10 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
                                         cu::CudaSettings{}, fj::DType::F64);
         CHECK(corr30.shape.echo_rings == 0);
         CHECK(corr30.shape.batch_rows == 16);
-        CHECK(corr30.smem_per_thread == 0);
+        CHECK(corr30.shape.smem_per_thread == 0);
         const auto f64 = specialised(plan, cu::CudaSettings{}, fj::DType::F64);
         CHECK(f64.shape.echo_rings == 2);
-        CHECK(f64.smem_per_thread == 41 * 8);
+        CHECK(f64.shape.smem_per_thread == 41 * 8);
         CHECK(f64.stack_bytes == 0);
     }
     // The halo's rows before out_begin in batches that store nothing, where the rows leaving the window
@@ -514,16 +514,16 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         const auto staged = specialised(plan, st);
         CHECK(staged.source.find("cp.async.ca.shared.global") != std::string::npos);
         CHECK(staged.emitted.unroll == cu::kSpecializedStagedUnroll);
-        CHECK(staged.smem_per_thread == (2 * 32 + 1) * 4);  // 2 stages of 8 rows x 4 loads, odd stride
+        CHECK(staged.shape.smem_per_thread == (2 * 32 + 1) * 4);  // 2 stages of 8 rows x 4 loads, odd stride
         CHECK(staged.registers > 0);
         // Five float64 stages would take more than kCudaMaxStageBytesPerThread: register loads (with echo
         // rings); five float32 stages fit.
         st.stages = 5;
         const auto f64 = specialised(plan, st, fj::DType::F64);
         CHECK(f64.shape.echo_rings == 2);
-        CHECK(f64.smem_per_thread == 41 * 8);
+        CHECK(f64.shape.smem_per_thread == 41 * 8);
         CHECK(f64.source.find("cp.async") == std::string::npos);
-        CHECK(specialised(plan, st).smem_per_thread == (5 * 32 + 1) * 4);
+        CHECK(specialised(plan, st).shape.smem_per_thread == (5 * 32 + 1) * 4);
     }
     SUBCASE("launch bounds; without masked edge batches") {
         cu::CudaSettings e;

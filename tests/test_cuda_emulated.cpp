@@ -163,21 +163,29 @@ std::string host_compiler() {
 }
 
 // One shared object holding the kernels of several plans, each with a runner that walks the grid.
+// Which kernels an Emulated library holds.
+struct EmuKind {
+    long long ld_in = 0, ld_out = 0;  // > 0: kernels specialised on these leading dimensions (CudaEmitOptions::strides)
+    // Window-scan kernels (CudaEmitOptions::window_scan), run with a thread per CUDA thread, scan_ahead batches
+    // copied ahead, scan_warps warps per block (0: the defaults); chain: chained window scans.
+    bool window_scan = false;
+    int scan_ahead = 0, scan_warps = 0;
+    bool chain = false;
+    int unroll = 3;         // rows per load batch (CudaEmitOptions::unroll)
+    bool one_loop = false;  // generic kernels in one guarded loop (CudaEmitOptions::one_loop)
+    // Specialised kernels with register loads and echo rings (CudaEmitOptions::echo_rings) instead of staged loads.
+    bool echo = false;
+};
+
 class Emulated {
 public:
-    // ld_in/ld_out > 0: kernels specialised on those leading dimensions (CudaEmitOptions::strides).
-    // window_scan: window-scan kernels (CudaEmitOptions::window_scan), run with a thread per CUDA thread,
-    // scan_ahead batches copied ahead, scan_warps warps per block (0: the defaults); chain: chained window
-    // scans (CudaEmitOptions::window_scan_chain); unroll: rows per load batch (CudaEmitOptions::unroll);
-    // one_loop: generic kernels in one guarded loop (CudaEmitOptions::one_loop); echo: specialised kernels
-    // with register loads and echo rings (CudaEmitOptions::echo_rings) instead of staged loads.
     Emulated(const std::vector<const fj::ir::Kernel*>& kernels, fj::DType dtype, const std::string& dir,
-             const std::string& cxx, long long ld_in = 0, long long ld_out = 0, bool window_scan = false,
-             int scan_ahead = 0, int scan_warps = 0, bool chain = false, int unroll = 3, bool one_loop = false,
-             bool echo = false)
-        : window_scan_(window_scan),
-          scan_warps_(chain ? fj::codegen::kWindowScanChainWarps : scan_warps > 0 ? scan_warps : fj::codegen::kWindowScanWarps),
-          chain_(chain) {
+             const std::string& cxx, const EmuKind& kind = {})
+        : window_scan_(kind.window_scan),
+          scan_warps_(kind.chain ? fj::codegen::kWindowScanChainWarps
+                      : kind.scan_warps > 0 ? kind.scan_warps : fj::codegen::kWindowScanWarps),
+          chain_(kind.chain) {
+        const auto& [ld_in, ld_out, window_scan, scan_ahead, scan_warps, chain, unroll, one_loop, echo] = kind;
         std::string src = kShim;
         for (std::size_t i = 0; i < kernels.size(); ++i) {
             fj::ir::Kernel k = *kernels[i];
@@ -407,15 +415,15 @@ TEST_CASE("generated kernels, run on the host, match the reference") {
         // a guarded warm-up loop, then batches of 3 rows (FJ_CUDA_UNROLL=3: a remainder loop too);
         // specialised ones with 3.
         const fj::rt::cuda::CudaSettings defaults;
-        Emulated emu(kernels, dtype, dir, cxx, 0, 0, false, 0, 0, false, defaults.unroll, defaults.one_loop);
+        Emulated emu(kernels, dtype, dir, cxx, {.unroll = defaults.unroll, .one_loop = defaults.one_loop});
         REQUIRE_MESSAGE(emu.error().empty(), emu.error());
-        Emulated batched(kernels, dtype, dir, cxx, 0, 0, false, 0, 0, false, 3, false);
+        Emulated batched(kernels, dtype, dir, cxx, {.unroll = 3});
         REQUIRE_MESSAGE(batched.error().empty(), batched.error());
         // Every program once more, on kernels specialised on the panels' leading dimensions.
-        Emulated fixed(kernels, dtype, dir, cxx, padded.ld_in, padded.ld_out);
+        Emulated fixed(kernels, dtype, dir, cxx, {.ld_in = padded.ld_in, .ld_out = padded.ld_out});
         REQUIRE_MESSAGE(fixed.error().empty(), fixed.error());
         // And with echo rings (the runtime's default for specialised kernels).
-        Emulated echo(kernels, dtype, dir, cxx, padded.ld_in, padded.ld_out, false, 0, 0, false, 3, false, true);
+        Emulated echo(kernels, dtype, dir, cxx, {.ld_in = padded.ld_in, .ld_out = padded.ld_out, .echo = true});
         REQUIRE_MESSAGE(echo.error().empty(), echo.error());
         const fj::test::Inputs data = fj::test::as_dtype(ds.inputs, dtype);
         for (std::int64_t tile : {0, 7}) {
@@ -521,7 +529,7 @@ TEST_CASE("window-scan kernels, run on the host, match the reference") {
             index.push_back(pi);
         }
         REQUIRE(kernels.size() >= must.size());
-        Emulated emu(kernels, dtype, dir, cxx, ld, ld, true, ahead, warps);
+        Emulated emu(kernels, dtype, dir, cxx, {.ld_in = ld, .ld_out = ld, .window_scan = true, .scan_ahead = ahead, .scan_warps = warps});
         REQUIRE_MESSAGE(emu.error().empty(), emu.error());
         check_emulated(emu, index, pr, ds, dtype, ld, {0, 7, 45});
     }
@@ -600,7 +608,7 @@ TEST_CASE("chained window-scan kernels, run on the host, match the reference") {
         CHECK(short_src.find("_19 = fj_e") != std::string::npos);
         CHECK(short_src.find("- max(fj_e") == std::string::npos);
     }
-    Emulated emu(kernels, dtype, dir, cxx, ld, ld, true, 0, 0, true);
+    Emulated emu(kernels, dtype, dir, cxx, {.ld_in = ld, .ld_out = ld, .window_scan = true, .chain = true});
     REQUIRE_MESSAGE(emu.error().empty(), emu.error());
     check_emulated(emu, index, pr, ds, dtype, ld, {0, 45, 130});
 }

@@ -171,9 +171,7 @@ CudaCompiled compile_cuda_kernel(const ir::Kernel& kernel, DType dtype, const st
     c.key = cuda_kernel_key(kernel, dtype, arch, cubin, settings, strides);
     const auto t0 = std::chrono::steady_clock::now();
     c.emitted = cuda_emit_options(kernel, dtype, settings, strides, arch, &c.scan);
-    if (!c.emitted.strides.empty() && !c.emitted.window_scan) c.shape = codegen::cuda_column_scan_shape(kernel, c.emitted);
-    c.smem_per_thread = c.emitted.window_scan ? 0 : c.shape.smem_per_thread;
-    c.source = codegen::emit_cuda(kernel, c.emitted);
+    c.source = codegen::emit_cuda(kernel, c.emitted, &c.shape);
     c.emit_ms = ms_since(t0);
     c.dump_path = dump_source(fmt::format("{}-{:016x}", c.function, fnv1a64(c.key.data(), c.key.size())), c.source);
     NvrtcOutput out = nvrtc_compile(c.source, c.function, nvrtc_options(arch, settings), cubin,

@@ -174,8 +174,9 @@ struct CudaCompiled {
     double emit_ms = 0, compile_ms = 0;
     int registers = -1, stack_bytes = -1;  // read from the cubin's ELF (-1 for PTX)
     codegen::CudaEmitOptions emitted;      // how it was generated
-    int smem_per_thread = 0;               // dynamic shared memory its launches need per thread
-    codegen::CudaColumnScanShape shape;    // specialised column scans: batch rows, echo rings (else defaults)
+    // Column scans: rows per batch, echo rings, the dynamic shared memory launches need per thread
+    // (window scans: defaults, 0 bytes per thread; their needs are in `scan`).
+    codegen::CudaColumnScanShape shape;
     codegen::WindowScanLayout scan;        // window-scan kernels: shared memory per block, copies' rows
     std::string log;           // NVRTC warnings
 };
