@@ -1025,7 +1025,11 @@ private:
             line(1, "double y;");
             line(1, "FJ_RSQRT_ESTIMATE(y, a);  // relative error about 2^-20 (corr of a panel with itself: up to 8.9e-7 from 1)");
             // One Newton step: relative error about 1.5 x (2^-20)^2, far below a float32 result's rounding
-            // (the cubic correction CUDA uses costs one more float64 instruction per row).
+            // (the cubic correction CUDA uses costs one more float64 instruction per row). Two variants
+            // measured worse (tenth session, bench/RESULTS.md): y / 2 by an integer subtraction from y's
+            // exponent instead of 0.5 * e (one float64 instruction fewer, two integer ones more) made G1
+            // 8.35 ms against 8.12 and G5 60 % against 65 %; the step applied to the float32 product rounds
+            // twice (corr of a panel with itself then 1 in only 87 % of the outputs, emulated).
             line(1, "const double e = fma(-a, y * y, 1.0);");
             line(1, "return fma(0.5 * e, y, y);");
             line(0, "}}");

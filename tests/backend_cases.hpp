@@ -418,6 +418,43 @@ inline bool check_each(const std::vector<fj::Expr>& exprs, const Dataset& ds, fj
     return ok;
 }
 
+// What users try first: corr of a panel with itself is 1 wherever it is defined, and with a negative
+// power-of-two multiple of itself -1: exactly in float32 (the float64 value is within a few of its steps
+// and rounds there), within 8 float64 steps in float64 (where exact results would take a correctly rounded
+// square root and division). SEMANTICS.md's bounds allow more; this is what a user sees. NaN placement as
+// the reference's. Price-like messy data, `rows` x `cols`.
+inline void check_corr_with_itself(fj::DType dtype, const fj::CompileOptions& options, std::int64_t rows,
+                                   std::int64_t cols, const CheckOptions& check = {}) {
+    const fj::Expr A = fj::input("A"), B = fj::input("B");
+    const NamedExprs exprs = {{"aa", fj::corr(fj::window(A, 20), fj::window(A, 20))},
+                              {"ab", fj::corr(fj::window(A, 20), fj::window(B, 20))}};
+    Dataset ds = dataset("price, messy", rows, cols, messy(Flavour::Price), 61);
+    ds.inputs.at("A") = as_dtype(ds.inputs, dtype).at("A");
+    std::vector<double>& b = ds.inputs.at("B");
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = -2.0 * ds.inputs.at("A")[i];
+    const auto got = compile_and_run(exprs, ds.inputs, rows, cols, dtype, options, check);
+    REQUIRE(got);
+    std::vector<fj::Expr> roots;
+    for (const auto& [name, e] : exprs) roots.push_back(e);
+    const auto refs = reference(roots, as_dtype(ds.inputs, dtype), rows, cols);
+    for (std::size_t k = 0; k < exprs.size(); ++k) {
+        const std::vector<double>& v = got->at(exprs[k].first);
+        const double want = k == 0 ? 1.0 : -1.0;
+        const double tol = dtype == fj::DType::F32 ? 0.0 : 8 * std::numeric_limits<double>::epsilon();
+        std::size_t defined = 0, off = 0, nan_differs = 0;
+        for (std::size_t i = 0; i < v.size(); ++i) {
+            nan_differs += std::isnan(v[i]) != std::isnan(refs[k][i]);
+            if (std::isnan(v[i])) continue;
+            ++defined;
+            off += !(std::abs(v[i] - want) <= tol);
+        }
+        CAPTURE(exprs[k].second.str());
+        CHECK(defined > v.size() / 3);
+        CHECK(nan_differs == 0);
+        CHECK_MESSAGE(off == 0, off << " of " << defined << " outputs are further than " << tol << " from " << want);
+    }
+}
+
 }  // namespace fj::test
 
 TYPE_TO_STRING(fj::test::CpuF64);

@@ -211,6 +211,19 @@ TEST_CASE_TEMPLATE_DEFINE("CUDA against the CPU backend: the headline case and n
 }
 TEST_CASE_TEMPLATE_APPLY(cuda_vs_cpu, fj::test::CudaTargets);
 
+TEST_CASE_TEMPLATE_DEFINE("corr of a panel with itself is exactly 1: generic and specialised kernels", T, cuda_corr_itself) {
+    if (!have_gpu()) return;
+    fj::CompileOptions o;
+    o.backend = fj::Backend::Cuda;
+    fj::test::CheckOptions device;
+    device.runner = run_on_device;
+    fj::test::check_corr_with_itself(T::dtype, o, 900, 300);
+    ::setenv("FJ_CUDA_FIXED_LD", "1", 1);  // the big panels' kernels (echo rings)
+    fj::test::check_corr_with_itself(T::dtype, o, 900, 300, device);
+    ::unsetenv("FJ_CUDA_FIXED_LD");
+}
+TEST_CASE_TEMPLATE_APPLY(cuda_corr_itself, fj::test::CudaTargets);
+
 TEST_CASE("kernels are compiled once per process; explain names the backend and the cache") {
     if (!have_gpu()) return;
     const fj::Expr A = fj::input("A"), B = fj::input("B");
