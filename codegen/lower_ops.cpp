@@ -479,7 +479,9 @@ V Lowering::moments(const Node* node) {
         const bool full = !partial_.count(std::make_pair(node->args[0], node->d));
         V scale = full ? ir_.constant(1.0 / (static_cast<double>(d) * (d - 1)))  // correctly rounded
                        : ir_.f(Prim::Recip, ir_.mul(g.n, ir_.sub(g.n, ir_.constant(1))));
-        V var = ir_.mul(ir_.select(ir_.lt(zero, g.m2n), g.m2n, zero), scale);
+        // (Negative by rounding: 0. NaN, where float64 sums of squares overflowed (|x| beyond about
+        // 1e154): NaN, not 0.)
+        V var = ir_.mul(ir_.select(ir_.lt(g.m2n, zero), zero, g.m2n), scale);
         var = ir_.select(g.is_const, zero, ir_.select(any_inf, nan, var));
         V r = node->op == Op::WStd ? ir_.f(Prim::Sqrt, var) : var;
         return ir_.select(at_least(ir_, g.n, std::max(minp, 2)), r, nan);
@@ -560,8 +562,10 @@ V Lowering::pair_moments(const Node* node) {
     V r = ir_.mul(g.cxy, ir_.f(Prim::RSqrt, ir_.mul(g.vx, g.vy)));
     V one = ir_.constant(1), minus_one = ir_.constant(-1);
     r = ir_.f(Prim::Min, ir_.f(Prim::Max, r, minus_one), one);  // NaN r is masked below
+    // Not a positive variance: 0 or below by rounding, or NaN where float64 sums overflowed (|x| beyond
+    // about 1e154; the clamp would turn that NaN into -1).
     V degenerate = ir_.lor(ir_.lor(g.const_x, g.const_y),
-                           ir_.lor(ir_.b(Prim::CmpLE, g.vx, zero), ir_.b(Prim::CmpLE, g.vy, zero)));
+                           ir_.lnot(ir_.land(ir_.lt(zero, g.vx), ir_.lt(zero, g.vy))));
     return ir_.select(ir_.land(enough, ir_.lnot(degenerate)), r, nan);
 }
 

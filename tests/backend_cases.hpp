@@ -455,6 +455,45 @@ inline void check_corr_with_itself(fj::DType dtype, const fj::CompileOptions& op
     }
 }
 
+// Float64 data beyond about 1e154 in magnitude: the window sums of squares and products overflow, and var,
+// std, cov and corr must then say NaN, not a wrong number (they said 0, 0, NaN and -1), while a column of
+// ordinary data beside them keeps its results. Outputs that are not NaN are held to the reference
+// (long double: it has the range), and the overflow must have happened somewhere.
+inline void check_float64_overflow(const fj::CompileOptions& options, const CheckOptions& check = {}) {
+    const fj::Expr A = fj::input("A"), B = fj::input("B");
+    const NamedExprs exprs = {{"var", fj::var(fj::window(A, 20))},
+                              {"std", fj::std(fj::window(A, 20))},
+                              {"cov", fj::cov(fj::window(A, 20), fj::window(B, 20))},
+                              {"corr", fj::corr(fj::window(A, 20), fj::window(B, 20))}};
+    const std::int64_t rows = 120, cols = 6;
+    Dataset ds = dataset("normal", rows, cols, clean(Flavour::Normal), 71);
+    for (auto& [name, v] : ds.inputs)
+        for (std::size_t i = 0; i < v.size(); ++i)
+            if (i % cols != 0) v[i] *= 1e160;  // column 0 stays ordinary
+    const auto got = compile_and_run(exprs, ds.inputs, rows, cols, fj::DType::F64, options, check);
+    REQUIRE(got);
+    std::vector<fj::Expr> roots;
+    for (const auto& [name, e] : exprs) roots.push_back(e);
+    const auto refs = reference(roots, ds.inputs, rows, cols);
+    for (std::size_t k = 0; k < exprs.size(); ++k) {
+        CAPTURE(exprs[k].second.str());
+        const std::vector<double>& v = got->at(exprs[k].first);
+        std::size_t nan_big = 0, wrong = 0;
+        for (std::size_t i = 0; i < v.size(); ++i) {
+            const double ref = refs[k][i];
+            const bool big = i % cols != 0;
+            if (std::isnan(v[i])) {
+                nan_big += big;
+                wrong += !big && !std::isnan(ref);
+            } else {
+                wrong += !(v[i] == ref || std::abs(v[i] - ref) <= 1e-9 * std::max(1.0, std::abs(ref)));
+            }
+        }
+        CHECK(nan_big > 0);
+        CHECK_MESSAGE(wrong == 0, wrong << " outputs are neither NaN (overflow) nor the reference's value");
+    }
+}
+
 }  // namespace fj::test
 
 TYPE_TO_STRING(fj::test::CpuF64);

@@ -224,6 +224,13 @@ TEST_CASE_TEMPLATE_DEFINE("corr of a panel with itself is exactly 1: generic and
 }
 TEST_CASE_TEMPLATE_APPLY(cuda_corr_itself, fj::test::CudaTargets);
 
+TEST_CASE("float64 sums that overflow give NaN, not a wrong number (CUDA)") {
+    if (!have_gpu()) return;
+    fj::CompileOptions o;
+    o.backend = fj::Backend::Cuda;
+    fj::test::check_float64_overflow(o);
+}
+
 TEST_CASE("kernels are compiled once per process; explain names the backend and the cache") {
     if (!have_gpu()) return;
     const fj::Expr A = fj::input("A"), B = fj::input("B");

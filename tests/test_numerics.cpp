@@ -218,6 +218,10 @@ TEST_CASE_TEMPLATE_DEFINE("corr of a panel with itself is exactly 1", T, num_cor
 }
 TEST_CASE_TEMPLATE_APPLY(num_corr_itself, fj::test::CpuTargets);
 
+TEST_CASE("float64 sums that overflow give NaN, not a wrong number") {
+    fj::test::check_float64_overflow(fj::test::CpuF64::options());
+}
+
 TEST_CASE_TEMPLATE_DEFINE("all-NaN columns", T, num_all_nan) {
     fj::test::PanelSpec spec = fj::test::messy(Flavour::Price);
     spec.all_nan_cols = 9;
