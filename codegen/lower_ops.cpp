@@ -479,8 +479,8 @@ V Lowering::moments(const Node* node) {
         const bool full = !partial_.count(std::make_pair(node->args[0], node->d));
         V scale = full ? ir_.constant(1.0 / (static_cast<double>(d) * (d - 1)))  // correctly rounded
                        : ir_.f(Prim::Recip, ir_.mul(g.n, ir_.sub(g.n, ir_.constant(1))));
-        // (Negative by rounding: 0. NaN, where float64 sums of squares overflowed (|x| beyond about
-        // 1e154): NaN, not 0.)
+        // Negative by rounding: 0. NaN (float64 sums of squares that overflowed, |x| beyond about 1e154)
+        // stays NaN.
         V var = ir_.mul(ir_.select(ir_.lt(g.m2n, zero), zero, g.m2n), scale);
         var = ir_.select(g.is_const, zero, ir_.select(any_inf, nan, var));
         V r = node->op == Op::WStd ? ir_.f(Prim::Sqrt, var) : var;

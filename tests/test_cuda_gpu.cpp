@@ -211,7 +211,7 @@ TEST_CASE_TEMPLATE_DEFINE("CUDA against the CPU backend: the headline case and n
 }
 TEST_CASE_TEMPLATE_APPLY(cuda_vs_cpu, fj::test::CudaTargets);
 
-TEST_CASE_TEMPLATE_DEFINE("corr of a panel with itself is exactly 1: generic and specialised kernels", T, cuda_corr_itself) {
+TEST_CASE_TEMPLATE_DEFINE("corr of a panel with itself is 1 (exactly in float32): generic and specialised kernels", T, cuda_corr_itself) {
     if (!have_gpu()) return;
     fj::CompileOptions o;
     o.backend = fj::Backend::Cuda;

@@ -212,7 +212,7 @@ TEST_CASE_TEMPLATE_DEFINE("a small spread far from where the window state starte
 }
 TEST_CASE_TEMPLATE_APPLY(num_small_spread, fj::test::CpuTargets);
 
-TEST_CASE_TEMPLATE_DEFINE("corr of a panel with itself is exactly 1", T, num_corr_itself) {
+TEST_CASE_TEMPLATE_DEFINE("corr of a panel with itself is 1 (exactly in float32)", T, num_corr_itself) {
     for (std::int64_t tile : {std::int64_t{0}, std::int64_t{37}})
         fj::test::check_corr_with_itself(T::dtype, opts(T::options(), 0, tile, 0), 600, 50);
 }
