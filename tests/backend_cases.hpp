@@ -418,79 +418,91 @@ inline bool check_each(const std::vector<fj::Expr>& exprs, const Dataset& ds, fj
     return ok;
 }
 
+// A program, its data (values of its dtype already) and a judge of each output beside the reference's,
+// for properties beyond the contract's bounds; backends run it with check_judged(), the emulated CUDA
+// kernels (test_cuda_emulated.cpp) with their own runner.
+struct JudgedCase {
+    NamedExprs exprs;
+    Dataset ds;
+    fj::DType dtype = fj::DType::F64;
+    std::function<void(std::size_t k, const std::vector<double>& got, const std::vector<double>& ref)> judge;
+};
+
 // What users try first: corr of a panel with itself is 1 wherever it is defined, and with a negative
 // power-of-two multiple of itself -1: exactly in float32 (the float64 value is within a few of its steps
 // and rounds there), within 8 float64 steps in float64 (where exact results would take a correctly rounded
 // square root and division). SEMANTICS.md's bounds allow more; this is what a user sees. NaN placement as
 // the reference's. Price-like messy data, `rows` x `cols`.
-inline void check_corr_with_itself(fj::DType dtype, const fj::CompileOptions& options, std::int64_t rows,
-                                   std::int64_t cols, const CheckOptions& check = {}) {
+inline JudgedCase corr_with_itself(fj::DType dtype, std::int64_t rows, std::int64_t cols) {
     const fj::Expr A = fj::input("A"), B = fj::input("B");
-    const NamedExprs exprs = {{"aa", fj::corr(fj::window(A, 20), fj::window(A, 20))},
-                              {"ab", fj::corr(fj::window(A, 20), fj::window(B, 20))}};
-    Dataset ds = dataset("price, messy", rows, cols, messy(Flavour::Price), 61);
-    ds.inputs.at("A") = as_dtype(ds.inputs, dtype).at("A");
-    std::vector<double>& b = ds.inputs.at("B");
-    for (std::size_t i = 0; i < b.size(); ++i) b[i] = -2.0 * ds.inputs.at("A")[i];
-    const auto got = compile_and_run(exprs, ds.inputs, rows, cols, dtype, options, check);
-    REQUIRE(got);
-    std::vector<fj::Expr> roots;
-    for (const auto& [name, e] : exprs) roots.push_back(e);
-    const auto refs = reference(roots, as_dtype(ds.inputs, dtype), rows, cols);
-    for (std::size_t k = 0; k < exprs.size(); ++k) {
-        const std::vector<double>& v = got->at(exprs[k].first);
+    JudgedCase c;
+    c.dtype = dtype;
+    c.exprs = {{"aa", fj::corr(fj::window(A, 20), fj::window(A, 20))}, {"ab", fj::corr(fj::window(A, 20), fj::window(B, 20))}};
+    c.ds = dataset("price, messy", rows, cols, messy(Flavour::Price), 61);
+    c.ds.inputs = as_dtype(c.ds.inputs, dtype);
+    std::vector<double>& b = c.ds.inputs.at("B");
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = -2.0 * c.ds.inputs.at("A")[i];
+    c.judge = [dtype](std::size_t k, const std::vector<double>& got, const std::vector<double>& ref) {
         const double want = k == 0 ? 1.0 : -1.0;
         const double tol = dtype == fj::DType::F32 ? 0.0 : 8 * std::numeric_limits<double>::epsilon();
         std::size_t defined = 0, off = 0, nan_differs = 0;
-        for (std::size_t i = 0; i < v.size(); ++i) {
-            nan_differs += std::isnan(v[i]) != std::isnan(refs[k][i]);
-            if (std::isnan(v[i])) continue;
+        for (std::size_t i = 0; i < got.size(); ++i) {
+            nan_differs += std::isnan(got[i]) != std::isnan(ref[i]);
+            if (std::isnan(got[i])) continue;
             ++defined;
-            off += !(std::abs(v[i] - want) <= tol);
+            off += !(std::abs(got[i] - want) <= tol);
         }
-        CAPTURE(exprs[k].second.str());
-        CHECK(defined > v.size() / 3);
+        CHECK(defined > got.size() / 3);
         CHECK(nan_differs == 0);
         CHECK_MESSAGE(off == 0, off << " of " << defined << " outputs are further than " << tol << " from " << want);
-    }
+    };
+    return c;
 }
 
 // Float64 data beyond about 1e154 in magnitude: the window sums of squares and products overflow, and var,
 // std, cov and corr must then say NaN, not a wrong number (they said 0, 0, NaN and -1), while a column of
 // ordinary data beside them keeps its results. Outputs that are not NaN are held to the reference
 // (long double: it has the range), and the overflow must have happened somewhere.
-inline void check_float64_overflow(const fj::CompileOptions& options, const CheckOptions& check = {}) {
+inline JudgedCase float64_overflow() {
     const fj::Expr A = fj::input("A"), B = fj::input("B");
-    const NamedExprs exprs = {{"var", fj::var(fj::window(A, 20))},
-                              {"std", fj::std(fj::window(A, 20))},
-                              {"cov", fj::cov(fj::window(A, 20), fj::window(B, 20))},
-                              {"corr", fj::corr(fj::window(A, 20), fj::window(B, 20))}};
-    const std::int64_t rows = 120, cols = 6;
-    Dataset ds = dataset("normal", rows, cols, clean(Flavour::Normal), 71);
-    for (auto& [name, v] : ds.inputs)
+    JudgedCase c;
+    c.exprs = {{"var", fj::var(fj::window(A, 20))},
+               {"std", fj::std(fj::window(A, 20))},
+               {"cov", fj::cov(fj::window(A, 20), fj::window(B, 20))},
+               {"corr", fj::corr(fj::window(A, 20), fj::window(B, 20))}};
+    const std::int64_t cols = 6;
+    c.ds = dataset("normal, x 1e160 but column 0", 120, cols, clean(Flavour::Normal), 71);
+    for (auto& [name, v] : c.ds.inputs)
         for (std::size_t i = 0; i < v.size(); ++i)
-            if (i % cols != 0) v[i] *= 1e160;  // column 0 stays ordinary
-    const auto got = compile_and_run(exprs, ds.inputs, rows, cols, fj::DType::F64, options, check);
-    REQUIRE(got);
-    std::vector<fj::Expr> roots;
-    for (const auto& [name, e] : exprs) roots.push_back(e);
-    const auto refs = reference(roots, ds.inputs, rows, cols);
-    for (std::size_t k = 0; k < exprs.size(); ++k) {
-        CAPTURE(exprs[k].second.str());
-        const std::vector<double>& v = got->at(exprs[k].first);
+            if (i % cols != 0) v[i] *= 1e160;
+    c.judge = [cols](std::size_t, const std::vector<double>& got, const std::vector<double>& ref) {
         std::size_t nan_big = 0, wrong = 0;
-        for (std::size_t i = 0; i < v.size(); ++i) {
-            const double ref = refs[k][i];
+        for (std::size_t i = 0; i < got.size(); ++i) {
             const bool big = i % cols != 0;
-            if (std::isnan(v[i])) {
+            if (std::isnan(got[i])) {
                 nan_big += big;
-                wrong += !big && !std::isnan(ref);
+                wrong += !big && !std::isnan(ref[i]);
             } else {
-                wrong += !(v[i] == ref || std::abs(v[i] - ref) <= 1e-9 * std::max(1.0, std::abs(ref)));
+                wrong += !(got[i] == ref[i] ||
+                           (std::isfinite(ref[i]) && std::abs(got[i] - ref[i]) <= 1e-9 * std::max(1.0, std::abs(ref[i]))));
             }
         }
         CHECK(nan_big > 0);
         CHECK_MESSAGE(wrong == 0, wrong << " outputs are neither NaN (overflow) nor the reference's value");
+    };
+    return c;
+}
+
+// Runs a judged case on a backend and judges every output.
+inline void check_judged(const JudgedCase& c, const fj::CompileOptions& options, const CheckOptions& check = {}) {
+    const auto got = compile_and_run(c.exprs, c.ds.inputs, c.ds.rows, c.ds.cols, c.dtype, options, check);
+    REQUIRE(got);
+    std::vector<fj::Expr> roots;
+    for (const auto& [name, e] : c.exprs) roots.push_back(e);
+    const auto refs = reference(roots, c.ds.inputs, c.ds.rows, c.ds.cols);
+    for (std::size_t k = 0; k < c.exprs.size(); ++k) {
+        CAPTURE(c.exprs[k].second.str());
+        c.judge(k, got->at(c.exprs[k].first), refs[k]);
     }
 }
 

@@ -217,9 +217,10 @@ TEST_CASE_TEMPLATE_DEFINE("corr of a panel with itself is 1 (exactly in float32)
     o.backend = fj::Backend::Cuda;
     fj::test::CheckOptions device;
     device.runner = run_on_device;
-    fj::test::check_corr_with_itself(T::dtype, o, 900, 300);
+    const fj::test::JudgedCase c = fj::test::corr_with_itself(T::dtype, 900, 300);
+    fj::test::check_judged(c, o);
     ::setenv("FJ_CUDA_FIXED_LD", "1", 1);  // the big panels' kernels (echo rings)
-    fj::test::check_corr_with_itself(T::dtype, o, 900, 300, device);
+    fj::test::check_judged(c, o, device);
     ::unsetenv("FJ_CUDA_FIXED_LD");
 }
 TEST_CASE_TEMPLATE_APPLY(cuda_corr_itself, fj::test::CudaTargets);
@@ -228,7 +229,7 @@ TEST_CASE("float64 sums that overflow give NaN, not a wrong number (CUDA)") {
     if (!have_gpu()) return;
     fj::CompileOptions o;
     o.backend = fj::Backend::Cuda;
-    fj::test::check_float64_overflow(o);
+    fj::test::check_judged(fj::test::float64_overflow(), o);
 }
 
 TEST_CASE("kernels are compiled once per process; explain names the backend and the cache") {
