@@ -395,6 +395,44 @@ void check_emulated(const Emulated& emu, const std::vector<std::size_t>& index, 
     }
 }
 
+// A judged case (backend_cases.hpp) on emulated kernels, generic (one guarded loop) and specialised (echo
+// rings), each in a folder of its own (`sub`: file names of its own, see Emulated).
+void check_judged_emulated(const fj::test::JudgedCase& c, const std::string& cxx, const std::string& dir,
+                           const std::string& sub) {
+    const fj::codegen::Plan plan = fj::codegen::make_plan(c.exprs, c.dtype);
+    std::vector<const fj::ir::Kernel*> kernels;
+    for (const auto& r : plan.regions) kernels.push_back(&r.kernel);
+    std::vector<fj::Expr> roots;
+    for (const auto& [name, e] : c.exprs) roots.push_back(e);
+    const auto refs = fj::test::reference(roots, c.ds.inputs, c.ds.rows, c.ds.cols);
+    const long long ld = c.ds.cols + 3;
+    std::filesystem::create_directories(dir + "/" + sub);
+    for (bool specialised : {false, true}) {
+        CAPTURE(specialised);
+        EmuKind kind{.unroll = 4, .one_loop = !specialised};
+        if (specialised) kind = {.ld_in = ld, .ld_out = ld, .echo = true};
+        Emulated emu(kernels, c.dtype, dir + "/" + sub, cxx, kind);
+        REQUIRE_MESSAGE(emu.error().empty(), emu.error());
+        std::map<std::string, fj::test::HostBuffer> ib, ob;
+        std::map<std::string, fj::Panel> ip, op;
+        for (const auto& [n, v] : c.ds.inputs) {
+            ib.emplace(n, fj::test::HostBuffer(c.dtype, c.ds.rows, c.ds.cols, ld));
+            ib.at(n).load(v, 0.0);
+            ip.emplace(n, ib.at(n).panel());
+        }
+        for (const auto& n : plan.outputs) {
+            ob.emplace(n, fj::test::HostBuffer(c.dtype, c.ds.rows, c.ds.cols, ld));
+            ob.at(n).fill(12345.0, 0.0);
+            op.emplace(n, ob.at(n).panel());
+        }
+        for (std::size_t r = 0; r < plan.regions.size(); ++r) emu.run(r, plan.regions[r].kernel, ip, op, 0);
+        for (std::size_t k = 0; k < c.exprs.size(); ++k) {
+            CAPTURE(c.exprs[k].second.str());
+            c.judge(k, ob.at(plan.outputs[k]).cells(), refs[k]);
+        }
+    }
+}
+
 }  // namespace
 
 TEST_SUITE("cuda_compile") {
@@ -455,44 +493,6 @@ TEST_CASE("generated kernels, run on the host, match the reference") {
                                   });
                 }
             }
-        }
-    }
-}
-
-// A judged case (backend_cases.hpp) on emulated kernels, generic (one guarded loop) and specialised (echo
-// rings), each in a folder of its own (`sub`: file names of its own, see Emulated).
-void check_judged_emulated(const fj::test::JudgedCase& c, const std::string& cxx, const std::string& dir,
-                           const std::string& sub) {
-    const fj::codegen::Plan plan = fj::codegen::make_plan(c.exprs, c.dtype);
-    std::vector<const fj::ir::Kernel*> kernels;
-    for (const auto& r : plan.regions) kernels.push_back(&r.kernel);
-    std::vector<fj::Expr> roots;
-    for (const auto& [name, e] : c.exprs) roots.push_back(e);
-    const auto refs = fj::test::reference(roots, c.ds.inputs, c.ds.rows, c.ds.cols);
-    const long long ld = c.ds.cols + 3;
-    std::filesystem::create_directories(dir + "/" + sub);
-    for (bool specialised : {false, true}) {
-        CAPTURE(specialised);
-        EmuKind kind{.unroll = 4, .one_loop = !specialised};
-        if (specialised) kind = {.ld_in = ld, .ld_out = ld, .echo = true};
-        Emulated emu(kernels, c.dtype, dir + "/" + sub, cxx, kind);
-        REQUIRE_MESSAGE(emu.error().empty(), emu.error());
-        std::map<std::string, fj::test::HostBuffer> ib, ob;
-        std::map<std::string, fj::Panel> ip, op;
-        for (const auto& [n, v] : c.ds.inputs) {
-            ib.emplace(n, fj::test::HostBuffer(c.dtype, c.ds.rows, c.ds.cols, ld));
-            ib.at(n).load(v, 0.0);
-            ip.emplace(n, ib.at(n).panel());
-        }
-        for (const auto& n : plan.outputs) {
-            ob.emplace(n, fj::test::HostBuffer(c.dtype, c.ds.rows, c.ds.cols, ld));
-            ob.at(n).fill(12345.0, 0.0);
-            op.emplace(n, ob.at(n).panel());
-        }
-        for (std::size_t r = 0; r < plan.regions.size(); ++r) emu.run(r, plan.regions[r].kernel, ip, op, 0);
-        for (std::size_t k = 0; k < c.exprs.size(); ++k) {
-            CAPTURE(c.exprs[k].second.str());
-            c.judge(k, ob.at(plan.outputs[k]).cells(), refs[k]);
         }
     }
 }
