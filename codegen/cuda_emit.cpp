@@ -17,12 +17,6 @@ std::string cuda_kernel_name(const ir::Kernel& kernel) {
     return n;
 }
 
-int cuda_shared_bytes_per_thread(const ir::Kernel& kernel, const CudaEmitOptions& options) {
-    // Without staging or echo rings there is nothing to analyse (generic kernels: no emitter pass over the body).
-    if (!Emitter::staging_requested(options) && !Emitter::echo_requested(options)) return 0;
-    return Emitter(kernel, options).shared_bytes_per_thread();
-}
-
 CudaColumnScanShape cuda_column_scan_shape(const ir::Kernel& kernel, const CudaEmitOptions& options) {
     return Emitter(kernel, options).column_scan_shape();
 }

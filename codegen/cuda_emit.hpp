@@ -87,7 +87,7 @@ struct CudaEmitOptions {
     int l2_prefetch_rows = 0;
     // With fixed leading dimensions: the batched loop copies its rows into shared memory with cp.async,
     // this many batches deep (>= 2; 0 or 1: loads into registers). Needs
-    // cuda_shared_bytes_per_thread() x block bytes of dynamic shared memory at launch.
+    // cuda_column_scan_shape().smem_per_thread x block bytes of dynamic shared memory at launch.
     int async_stages = 0;
     // With fixed leading dimensions and register loads: batches per iteration of the batched loop (>= 1).
     int loop_copies = 1;
@@ -230,16 +230,14 @@ struct CudaColumnScanShape {
     int echo_rings = 0;
     int smem_per_thread = 0;
 };
-// (emit_cuda gives it too, from the same pass over the kernel.)
+// (emit_cuda gives it too, from the same pass over the kernel, and the runtime keeps the shared memory in
+// the kernel cache's entry, so that loading a cached kernel takes no pass over it.)
 CudaColumnScanShape cuda_column_scan_shape(const ir::Kernel& kernel, const CudaEmitOptions& options);
 
 // The whole translation unit for NVRTC. Throws fj::BackendError for IR it cannot emit (a malformed
 // operand index, a type mismatch): the IR verifier should have caught those first.
 // `shape`, when given, receives the column scan's shape (defaults for window scans).
 std::string emit_cuda(const ir::Kernel& kernel, const CudaEmitOptions& options, CudaColumnScanShape* shape = nullptr);
-
-// Dynamic shared memory the kernel needs per thread of a block (0: none), for these options.
-int cuda_shared_bytes_per_thread(const ir::Kernel& kernel, const CudaEmitOptions& options);
 
 
 // Words in the parameter block of `kernel` (see the ABI above).

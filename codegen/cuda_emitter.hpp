@@ -346,19 +346,9 @@ private:
         for (RingInfo& r : rings_) r.in_regs = r.size <= o_.reg_ring_max;
         // Liveness: effects are live, and so is every operand of a live instruction. Dead values are not
         // emitted (NVRTC would warn about each, and parse them for nothing).
-        live_.assign(k_.body.size(), false);
-        for (std::size_t i = k_.body.size(); i-- > 0;) {
-            const Inst& in = k_.body[i];
-            if (in.op == Prim::StoreState || in.op == Prim::RingPush || in.op == Prim::Output) live_[i] = true;
-            if (!live_[i]) continue;
-            for (std::int32_t o : {in.a, in.b, in.c})
-                if (o >= 0) live_[static_cast<std::size_t>(o)] = true;
-        }
-        std::size_t n_live = 0;
-        for (std::size_t i = 0; i < k_.body.size(); ++i) {
-            n_live += live_[i];
-            if (live_[i] && k_.body[i].op == Prim::Input) loads_.insert({k_.body[i].slot, k_.body[i].lag});
-        }
+        live_ = live_from_effects({});
+        loads_ = loads_of(live_);
+        const auto n_live = static_cast<std::size_t>(std::count(live_.begin(), live_.end(), true));
         // Each row of a batch is a copy of the body: big bodies (many fused outputs) batch fewer rows, so
         // NVRTC's time stays reasonable; they have many loads per row in flight anyway.
         big_body_ = n_live > kBigBody && !o_.big_body_shapes;
@@ -507,17 +497,31 @@ private:
         echo_ = std::move(rings);
         echo_period_ = p;
         echo_stride_ = stride;
-        echo_live_.assign(n, false);
-        for (std::size_t i = n; i-- > 0;) {
-            const Inst& in = k_.body[i];
-            if (in.op == Prim::StoreState || in.op == Prim::RingPush || in.op == Prim::Output) echo_live_[i] = true;
-            if (!echo_live_[i] || is_later[i]) continue;
-            for (std::int32_t o : {in.a, in.b, in.c})
-                if (o >= 0) echo_live_[static_cast<std::size_t>(o)] = true;
-        }
+        echo_live_ = live_from_effects(is_later);  // (a later value's operands only fed it)
         for (const EchoRing& r : echo_) echo_live_[static_cast<std::size_t>(r.earlier)] = true;
-        for (std::size_t i = 0; i < n; ++i)
-            if (echo_live_[i] && k_.body[i].op == Prim::Input) echo_loads_.insert({k_.body[i].slot, k_.body[i].lag});
+        echo_loads_ = loads_of(echo_live_);
+    }
+
+    // Instructions an effect (state store, ring push, output) needs, through the operands of those needed,
+    // except the operands of `given` ones (values that come from elsewhere; empty: none).
+    std::vector<bool> live_from_effects(const std::vector<bool>& given) const {
+        std::vector<bool> live(k_.body.size(), false);
+        for (std::size_t i = k_.body.size(); i-- > 0;) {
+            const Inst& in = k_.body[i];
+            if (in.op == Prim::StoreState || in.op == Prim::RingPush || in.op == Prim::Output) live[i] = true;
+            if (!live[i] || (!given.empty() && given[i])) continue;
+            for (std::int32_t o : {in.a, in.b, in.c})
+                if (o >= 0) live[static_cast<std::size_t>(o)] = true;
+        }
+        return live;
+    }
+
+    // The (input, lag) loads of the live instructions.
+    std::set<std::pair<int, int>> loads_of(const std::vector<bool>& live) const {
+        std::set<std::pair<int, int>> loads;
+        for (std::size_t i = 0; i < k_.body.size(); ++i)
+            if (live[i] && k_.body[i].op == Prim::Input) loads.insert({k_.body[i].slot, k_.body[i].lag});
+        return loads;
     }
 
     // One-loop generic kernels: whether every live sticky state (a window's shift) is set by a value and a

@@ -62,12 +62,14 @@ TEST_CASE("file format round trip, and every kind of damage is refused") {
     cu::CacheEntry e;
     e.function = "fj_kernel";
     e.cubin = false;
+    e.smem_per_thread = 328;
     e.image = {'P', 'T', 'X', '\0'};
     const std::vector<char> bytes = cu::KernelCache::serialize("the key", e);
     auto back = cu::KernelCache::deserialize("the key", bytes);
     REQUIRE(back);
     CHECK(back->function == "fj_kernel");
     CHECK(!back->cubin);
+    CHECK(back->smem_per_thread == 328);
     CHECK(back->image == e.image);
 
     CHECK(!cu::KernelCache::deserialize("another key", bytes));    // foreign

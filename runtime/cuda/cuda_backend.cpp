@@ -159,7 +159,7 @@ codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype
         codegen::CudaEmitOptions staged = eo;
         staged.async_stages = settings.stages;
         if (!settings.unroll_given) staged.unroll = kSpecializedStagedUnroll;
-        if (codegen::cuda_shared_bytes_per_thread(kernel, staged) > 0) return staged;
+        if (codegen::cuda_column_scan_shape(kernel, staged).smem_per_thread > 0) return staged;
     }
     return eo;
 }
@@ -180,6 +180,7 @@ CudaCompiled compile_cuda_kernel(const ir::Kernel& kernel, DType dtype, const st
     c.log = std::move(out.log);
     c.entry.function = c.function;
     c.entry.cubin = out.cubin;
+    c.entry.smem_per_thread = c.shape.smem_per_thread;
     c.entry.image = std::move(out.image);
     if (c.entry.cubin) {
         const CubinResources r = cubin_resources(c.entry.image, c.function);
@@ -622,8 +623,7 @@ public:
     std::unique_ptr<Executable> prepare(const codegen::Plan& plan, DType dtype, const CompileOptions& options) override;
 
 private:
-    std::shared_ptr<const LoadedKernel> load(const std::string& key, const CacheEntry& e, int smem_per_thread = 0,
-                                             codegen::WindowScanLayout scan = {});
+    std::shared_ptr<const LoadedKernel> load(const std::string& key, const CacheEntry& e, codegen::WindowScanLayout scan = {});
 
     const Device& dev_;
     NvrtcTarget target_;
@@ -631,11 +631,12 @@ private:
     std::map<std::string, std::shared_ptr<const LoadedKernel>> loaded_;
 };
 
-std::shared_ptr<const LoadedKernel> CudaBackend::load(const std::string& key, const CacheEntry& e, int smem_per_thread,
+std::shared_ptr<const LoadedKernel> CudaBackend::load(const std::string& key, const CacheEntry& e,
                                                       codegen::WindowScanLayout scan) {
     auto lk = std::make_shared<LoadedKernel>();
     lk->key = key;
     lk->function = e.function;
+    const int smem_per_thread = e.smem_per_thread;
     lk->smem_per_thread = smem_per_thread;
     lk->scan = std::move(scan);
     const int block_smem = lk->scan.smem_bytes;
@@ -760,7 +761,7 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
         std::lock_guard<std::mutex> lock(mutex_);
         auto it = loaded_.find(key);
         if (it == loaded_.end()) {
-            it = loaded_.emplace(key, load(key, *r.entry, codegen::cuda_shared_bytes_per_thread(k, eo), scan)).first;
+            it = loaded_.emplace(key, load(key, *r.entry, scan)).first;
         }
         return it->second;
     };

@@ -18,7 +18,7 @@ namespace fj::rt::cuda {
 namespace {
 
 constexpr char kMagic[8] = {'F', 'J', 'K', 'C', 'A', 'C', 'H', 'E'};
-constexpr std::uint32_t kFormatVersion = 1;
+constexpr std::uint32_t kFormatVersion = 2;  // 2: the shared memory per thread after the flag
 constexpr std::size_t kHeaderBytes = 32;
 
 template <class T>
@@ -105,7 +105,7 @@ void KernelCache::clear_memory() {
 }
 
 std::vector<char> KernelCache::serialize(const std::string& key, const CacheEntry& e) {
-    const std::uint64_t plen = 4 + e.function.size() + 1 + e.image.size();
+    const std::uint64_t plen = 4 + e.function.size() + 1 + 4 + e.image.size();
     std::vector<char> out(kHeaderBytes + key.size() + plen);
     char* p = out.data();
     auto put = [&p](const void* src, std::size_t n) {
@@ -126,6 +126,7 @@ std::vector<char> KernelCache::serialize(const std::string& key, const CacheEntr
     put(&nlen, 4);
     put(e.function.data(), e.function.size());
     put(&flag, 1);
+    put(&e.smem_per_thread, 4);
     put(e.image.data(), e.image.size());
     std::uint64_t sum = fnv1a64(key.data(), key.size());
     sum = fnv1a64(payload, plen, sum);
@@ -148,12 +149,13 @@ std::shared_ptr<CacheEntry> KernelCache::deserialize(const std::string& key, con
     if (plen < 5) return nullptr;
     std::uint32_t nlen;
     std::memcpy(&nlen, payload, 4);
-    if (4ULL + nlen + 1 > plen) return nullptr;
+    if (4ULL + nlen + 1 + 4 > plen) return nullptr;
     auto e = std::make_shared<CacheEntry>();
     e->function.assign(payload + 4, nlen);
     e->cubin = payload[4 + nlen] != 0;
-    e->image.assign(payload + 4 + nlen + 1, payload + plen);
-    if (e->image.empty() || e->function.empty()) return nullptr;
+    std::memcpy(&e->smem_per_thread, payload + 4 + nlen + 1, 4);
+    e->image.assign(payload + 4 + nlen + 1 + 4, payload + plen);
+    if (e->image.empty() || e->function.empty() || e->smem_per_thread < 0) return nullptr;
     return e;
 }
 

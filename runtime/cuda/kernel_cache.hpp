@@ -38,6 +38,7 @@ namespace fj::rt::cuda {
 struct CacheEntry {
     std::string function;     // the kernel's symbol in the image
     bool cubin = true;        // false: PTX text (NUL-terminated)
+    std::int32_t smem_per_thread = 0;  // dynamic shared memory a launch takes per thread of the block (bytes)
     std::vector<char> image;
 };
 
