@@ -368,7 +368,7 @@ void setenv_or_unset(const char* name, const std::string& v) {
 }
 
 // Benchmark settings as "key=value,key=value" (keys: unroll fmad block smem stages pf copies edges lb hints
-// warm scan ahead warps chain fixed oneloop echo refine, each an FJ_CUDA_* variable, and nvrtc (one option for
+// warm scan ahead warps chain fixed oneloop echo refine quiet, each an FJ_CUDA_* variable, and nvrtc (one option for
 // FJ_NVRTC_OPTIONS, e.g. nvrtc=--pre-include=FILE to compare a helper's other definition); tile, w and op, read by
 // the cases): the FJ_CUDA_* variables of the keys given are set, the others unset (library defaults).
 std::map<std::string, std::string> parse_setting(const std::string& item) {
@@ -390,7 +390,8 @@ void apply_setting(const std::map<std::string, std::string>& kv) {
                                                             {"ahead", "FJ_CUDA_SCAN_AHEAD"}, {"warps", "FJ_CUDA_SCAN_WARPS"},
                                                             {"chain", "FJ_CUDA_SCAN_CHAIN"}, {"fixed", "FJ_CUDA_FIXED_LD"},
                                                             {"oneloop", "FJ_CUDA_ONE_LOOP"}, {"echo", "FJ_CUDA_ECHO"},
-                                                            {"refine", "FJ_CUDA_RSQRT_REFINE"}, {"nvrtc", "FJ_NVRTC_OPTIONS"}};
+                                                            {"refine", "FJ_CUDA_RSQRT_REFINE"}, {"quiet", "FJ_CUDA_QUIET"},
+                                                            {"nvrtc", "FJ_NVRTC_OPTIONS"}};
     for (const auto& [key, var] : vars) {
         auto it = kv.find(key);
         setenv_or_unset(var, it == kv.end() ? std::string() : it->second);

@@ -27,6 +27,8 @@
 // scan; the entering sums of a batch use the first values of its own rows, which is what the leaving terms
 // w rows later would use wherever the terms are not 0 (lowering's shifted sums mask every row before the
 // value is set). One block of W warps per SM: its rings hold the w rows of the window and W + ahead batches.
+#include <fmt/ranges.h>
+
 #include "codegen/cuda_emitter.hpp"
 
 namespace fj::codegen::detail {
@@ -110,6 +112,16 @@ void Emitter::chain_plan() {
                                 kWindowScanChainMaxSharedBytes));
     H.smem_bytes = static_cast<int>(bytes);
     H.ok = true;
+    if (o_.chain_quiet_batches) {
+        std::vector<RunCounter> counters;  // (counts only tested: the quiet copy of C does not keep them)
+        for (const ScanCounter& c : P.counters)
+            if (P.tested_counters.count(c.state)) counters.push_back({c.state, c.select, c.cond});
+        std::vector<CountTest> tests;
+        for (const ScanCountTest& t : P.count_tests) tests.push_back({t.compare, t.state, t.at_least, t.negate});
+        std::set<std::int32_t> constants;
+        for (const ScanSticky& s : P.stickies) constants.insert(s.select);
+        H.quiet = plan_quiet_rows(k_, counters, tests, w, constants);
+    }
 }
 
 WindowScanLayout Emitter::chain_layout() {
@@ -158,18 +170,25 @@ void Emitter::chain_group_begin(int ind) {
         line(ind + 1, "const float* const fj_g{}_{} = fj_b{}_{} + fj_grp * {};", slot, lag, slot, lag, kC);
 }
 
-// One batch on its warp: A, K, C (see the file's header).
+// One batch on its warp: A, K, C (see the file's header). Unguarded batches whose counters are all in their
+// quiet states on every lane (quiet_rows.hpp: A gathers what decides it) run C's rows with what that state
+// implies as constants: a warp vote picks that copy of C or the other.
 void Emitter::chain_batch(int ind, bool guarded) {
     const ScanPlan& P = scan_;
     const ChainPlan& H = chain_;
     const int QS = static_cast<int>(P.sums.size()), QC = static_cast<int>(P.counters.size());
     const std::size_t n = k_.body.size();
+    const QuietRows* quiet = !guarded && H.quiet.ok ? &H.quiet : nullptr;
     guarded_ = guarded;
     const std::vector<bool>& in_e = H.in_entering;
+    if (quiet) line(ind, "bool fj_quiet;  // this lane's counters are in their quiet states");
     line(ind, "{{  // A: the batch's entering sums and latest resets");
     int in = ind + 1;
     for (const ScanSum& s : P.sums) line(in, "double fj_x{} = 0.0;", s.state);
     for (const ScanCounter& c : P.counters) line(in, "int fj_m{} = {};", c.state, kNone);
+    if (quiet)
+        for (const QuietCounter& c : quiet->counters)
+            if (c.how == QuietState::ResetEveryRow) line(in, "bool fj_a{} = true;  // a reset on every row", c.state);
     chain_group_begin(in);
     ++in;
     for (int i = 0; i < H.group; ++i) {
@@ -183,6 +202,9 @@ void Emitter::chain_batch(int ind, bool guarded) {
                 else line(in + 1, "fj_x{} = fma({}v{}, v{}, fj_x{});", st, t.sign > 0 ? "" : "-", t.a, t.b, st);
             }
         for (const ScanCounter& c : P.counters) line(in + 1, "if (v{}) fj_m{} = u_seg + {};", c.cond, c.state, i);
+        if (quiet)
+            for (const QuietCounter& c : quiet->counters)
+                if (c.how == QuietState::ResetEveryRow) line(in + 1, "fj_a{} = fj_a{} && v{};", c.state, c.state, c.cond);
         line(in, "}}");
     }
     --in;
@@ -222,10 +244,45 @@ void Emitter::chain_batch(int ind, bool guarded) {
         line(in, "fj_ccnt[((b & 1) * {} + {}) * {} + lane] = max(fj_e{}, fj_m{});", QC, q, kC, st, st);
     }
     line(in, "FJ_MBAR_ARRIVE(fj_cbar + 8u * (b % {}));", H.warps);
+    if (quiet) {
+        // (Lanes past the panel's columns store nothing: any state will do for them.)
+        std::vector<std::string> conds;
+        for (const QuietCounter& c : quiet->counters)
+            conds.push_back(c.how == QuietState::ResetEveryRow
+                                ? fmt::format("fj_a{}", c.state)
+                                : fmt::format("(fj_m{} == {} && fj_e{} < u_batch - {})", c.state, kNone, c.state, c.clear_rows));
+        line(in, "fj_quiet = !fj_active || ({});", fmt::join(conds, " && "));
+    }
     line(ind, "}}");
-    // C: the rows from the sums through the batch before.
-    line(ind, "{{  // C: the batch's rows and results");
-    in = ind + 1;
+    if (quiet) {
+        line(ind, "if (__all_sync(0xffffffffu, fj_quiet)) {{  // every lane's rows are quiet");
+        chain_rows(ind + 1, quiet);
+        line(ind, "}} else {{");
+        chain_rows(ind + 1, nullptr);
+        line(ind, "}}");
+    } else {
+        chain_rows(ind, nullptr);
+    }
+    guarded_ = false;
+}
+
+// C: the batch's rows from the sums through the batch before; with `quiet`, for a batch whose counters are
+// in their quiet states: their tests and what those imply are constants and the counters are not kept.
+void Emitter::chain_rows(int ind, const QuietRows* quiet) {
+    const ScanPlan& P = scan_;
+    const ChainPlan& H = chain_;
+    const std::size_t n = k_.body.size();
+    std::set<int> still;  // counters in their quiet states
+    if (quiet)
+        for (const QuietCounter& c : quiet->counters) still.insert(c.state);
+    // An instruction of the rows: its known value in quiet rows, else its computation.
+    auto row_inst = [&](int at, int i, std::size_t x) {
+        const auto it = quiet ? quiet->known.find(static_cast<std::int32_t>(x)) : std::map<std::int32_t, bool>::const_iterator{};
+        if (quiet && it != quiet->known.end() && !P.predef[x]) line(at, "const bool v{} = {};", x, it->second ? "true" : "false");
+        else inst(at, i, x);
+    };
+    line(ind, "{{  // C: the batch's rows and results{}", quiet ? " (quiet)" : "");
+    int in = ind + 1;
     for (const ScanSum& s : P.sums) {
         const auto st = static_cast<std::size_t>(s.state);
         const char* ty = int_state_[st] ? (int32_state_[st] ? "int" : "long long") : "double";
@@ -237,7 +294,8 @@ void Emitter::chain_batch(int ind, bool guarded) {
     for (const ScanCounter& c : P.counters)
         if (!P.tested_counters.count(c.state)) line(in, "int fj_m{} = {};  // latest reset in the batch", c.state, kNone);
     std::set<std::pair<int, int>> bounds;  // (counter, at_least)
-    for (const ScanCountTest& t : P.count_tests) bounds.insert({t.state, t.at_least});
+    for (const ScanCountTest& t : P.count_tests)
+        if (!still.count(t.state)) bounds.insert({t.state, t.at_least});
     for (const auto& [state, at_least] : bounds)
         line(in, "int fj_v{}_{} = fj_e{} + {} - u_batch;  // the count reaches {} from this row of the group on", state, at_least,
              state, at_least, at_least);
@@ -248,9 +306,9 @@ void Emitter::chain_batch(int ind, bool guarded) {
     ++in;
     for (std::size_t o = 0; o < k_.outputs.size(); ++o) line(in, "{}* const out{} = p.out{} + t * ld_out{} + j;", T_, o, o, o);
     for (int i = 0; i < H.group; ++i) {
-        chain_row_begin(in, both, i, guarded);
+        chain_row_begin(in, both, i, guarded_);
         for (std::size_t x = 0; x < n; ++x)
-            if (P.in_a[x]) inst(in + 1, i, x);
+            if (P.in_a[x]) row_inst(in + 1, i, x);
         for (const ScanCounter& c : P.counters) {
             if (P.tested_counters.count(c.state)) continue;
             line(in + 1, "if (v{}) fj_m{} = u_seg + {};", c.cond, c.state, i);
@@ -260,16 +318,16 @@ void Emitter::chain_batch(int ind, bool guarded) {
             for (const auto& [state, at_least] : bounds)
                 if (state == c.state) line(in + 1, "if (v{}) fj_v{}_{} = {};", c.cond, state, at_least, i + at_least);
         for (const ScanCountTest& t : P.count_tests)
-            line(in + 1, "const bool v{} = {} {} fj_v{}_{};", t.compare, i, t.negate ? "<" : ">=", t.state, t.at_least);
+            if (still.count(t.state)) row_inst(in + 1, i, static_cast<std::size_t>(t.compare));
+            else line(in + 1, "const bool v{} = {} {} fj_v{}_{};", t.compare, i, t.negate ? "<" : ">=", t.state, t.at_least);
         for (std::size_t x = 0; x < n; ++x)
-            if (P.in_c[x] && !P.in_a[x] && !tested[x]) inst(in + 1, i, x);
+            if (P.in_c[x] && !P.in_a[x] && !tested[x]) row_inst(in + 1, i, x);
         line(in, "}}");
     }
     for (const auto& [state, at_least] : bounds) line(in, "fj_v{}_{} -= {};", state, at_least, H.group);
     --in;
     line(in, "}}");
     line(ind, "}}");
-    guarded_ = false;
 }
 
 std::string Emitter::run_chain() {

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "codegen/cuda_emit.hpp"
+#include "codegen/quiet_rows.hpp"
 #include "codegen/window_terms.hpp"
 #include "dsl/error.hpp"
 
@@ -235,12 +236,14 @@ private:
         // counters, the mbarriers and the ready row start.
         std::size_t ring_bytes = 0, esum_at = 0, csum_at = 0, ccnt_at = 0, bars_at = 0, ready_at = 0;
         int smem_bytes = 0;
+        QuietRows quiet;             // the counters' quiet states (CudaEmitOptions::chain_quiet_batches)
     };
     ChainPlan chain_;
     void chain_plan();
     void chain_loads(int ind, const std::vector<bool>& phase, int i);
     void chain_row_begin(int ind, const std::vector<bool>& phase, int i, bool guarded);
     void chain_batch(int ind, bool guarded);
+    void chain_rows(int ind, const QuietRows* quiet);
     void chain_group_begin(int ind);
     bool scan_mode_ = false;  // emitting the window-scan kernel: stores also test the lane and row_end
     void scan_plan();

@@ -158,6 +158,19 @@ private:
 
 }  // namespace
 
+class ShiftedValues::Impl {
+public:
+    Impl(const ir::Kernel& k, const std::set<std::int32_t>& constants) : constants(constants), splitter(k, this->constants) {}
+    const std::set<std::int32_t> constants;
+    Splitter splitter;
+};
+
+ShiftedValues::ShiftedValues(const ir::Kernel& kernel, const std::set<std::int32_t>& row_constants)
+    : impl_(std::make_unique<Impl>(kernel, row_constants)) {}
+ShiftedValues::~ShiftedValues() = default;
+
+bool ShiftedValues::shifted(std::int32_t earlier, std::int32_t later, int w) { return impl_->splitter.shifted(earlier, later, w); }
+
 WindowSplit split_window_sums(const ir::Kernel& kernel, const std::vector<WindowSum>& sums,
                               const std::set<std::int32_t>& row_constants) {
     WindowSplit split;

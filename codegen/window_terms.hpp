@@ -8,6 +8,7 @@
 // this analysis proves from the kernel IR rather than assuming it of the operators that lowered it.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -46,5 +47,20 @@ struct WindowSplit {
 // row t wherever the terms are not 0 (cuda_scan_emit.cpp guards the batches where they are not yet set).
 WindowSplit split_window_sums(const ir::Kernel& kernel, const std::vector<WindowSum>& sums,
                               const std::set<std::int32_t>& row_constants);
+
+// The proof split_window_sums uses, for any two instructions: whether `later` is `earlier` read w rows
+// further back (row by row the same value wherever row t - w was run by the pass), with the same
+// `row_constants`, and one w per object (its proofs are kept). For what else knows a value on row t - w
+// (quiet_rows.hpp).
+class ShiftedValues {
+public:
+    ShiftedValues(const ir::Kernel& kernel, const std::set<std::int32_t>& row_constants);
+    ~ShiftedValues();
+    bool shifted(std::int32_t earlier, std::int32_t later, int w);
+
+private:
+    class Impl;
+    std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace fj::codegen

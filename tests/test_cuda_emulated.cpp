@@ -39,6 +39,7 @@ const char* const kShim = R"(// Host stand-ins for what generated CUDA kernels u
 #include <barrier>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -107,6 +108,26 @@ static inline void fj_mbar_arrive(unsigned bar) {
     fj_mbar_settle(m);
 }
 static inline void __syncwarp() {}  // (chained window scans: only a hint to the compiler there)
+// Warp votes (chained window scans' quiet batches): the warp's 32 threads meet at its barrier with their
+// votes counted, read the count, and meet again before it is cleared for the next vote. The votes that came
+// out true and false are counted for the tests (fj_votes).
+struct fj_warp { std::barrier<> bar{32}; std::atomic<int> no{0}; };
+static fj_warp* fj_warps = nullptr;  // [block / 32], set by the runner
+static std::atomic<long long> fj_votes_all{0}, fj_votes_not{0};
+extern "C" void fj_votes(long long* all, long long* not_all) { *all = fj_votes_all.exchange(0); *not_all = fj_votes_not.exchange(0); }
+static inline bool __all_sync(unsigned, bool v) {
+    fj_warp& w = fj_warps[threadIdx.x / 32];
+    if (!v) ++w.no;
+    w.bar.arrive_and_wait();
+    const bool all = w.no.load() == 0;
+    w.bar.arrive_and_wait();
+    if (threadIdx.x % 32 == 0) {
+        w.no = 0;
+        ++(all ? fj_votes_all : fj_votes_not);
+    }
+    w.bar.arrive_and_wait();
+    return all;
+}
 // A tensor map here: {panel, ld, rows, cols, box rows} (the runner fills them; kWindowScanColumns columns).
 struct alignas(128) fj_tmap { unsigned long long w[16]; };
 static inline void fj_tma(unsigned dst, unsigned long long map, int x, int y, unsigned bar) {
@@ -185,6 +206,8 @@ struct EmuKind {
     bool one_loop = false;  // generic kernels in one guarded loop (CudaEmitOptions::one_loop)
     // Specialised kernels with register loads and echo rings (CudaEmitOptions::echo_rings) instead of staged loads.
     bool echo = false;
+    // Chained window scans: quiet batches (CudaEmitOptions::chain_quiet_batches).
+    bool quiet = true;
 };
 
 class Emulated {
@@ -195,7 +218,7 @@ public:
           scan_warps_(kind.chain ? fj::codegen::kWindowScanChainWarps
                       : kind.scan_warps > 0 ? kind.scan_warps : fj::codegen::kWindowScanWarps),
           chain_(kind.chain) {
-        const auto& [ld_in, ld_out, window_scan, scan_ahead, scan_warps, chain, unroll, one_loop, echo] = kind;
+        const auto& [ld_in, ld_out, window_scan, scan_ahead, scan_warps, chain, unroll, one_loop, echo, quiet] = kind;
         std::string src = kShim;
         for (std::size_t i = 0; i < kernels.size(); ++i) {
             fj::ir::Kernel k = *kernels[i];
@@ -221,12 +244,14 @@ public:
             o.window_scan_ahead = scan_ahead;
             o.window_scan_warps = scan_warps;
             o.window_scan_chain = chain;
+            o.chain_quiet_batches = quiet;
             box_rows_.push_back(window_scan ? fj::codegen::cuda_window_scan_layout(k, o).box_rows : 0);
             src += "#undef FJ_NAN\n" + fj::codegen::emit_cuda(k, o);
             if (window_scan) {
                 src += "extern \"C\" void run_" + k.name + "(const void* w, unsigned gx, unsigned gy, unsigned block) {\n"
                        "  for (unsigned y = 0; y < gy; ++y) for (unsigned x = 0; x < gx; ++x) {\n"
                        "    std::barrier<> bar(block);\n    fj_bar = &bar;\n    std::vector<std::thread> ts;\n"
+                       "    std::unique_ptr<fj_warp[]> warps(new fj_warp[block / 32]);\n    fj_warps = warps.get();\n"
                        "    for (unsigned t = 0; t < block; ++t) ts.emplace_back([=] {\n"
                        "      blockDim.x = block; gridDim.x = gx; gridDim.y = gy; blockIdx.x = x; blockIdx.y = y; threadIdx.x = t;\n"
                        "      " + k.name + "(*static_cast<const fj_params_" + k.name + "*>(w));\n    });\n"
@@ -242,7 +267,8 @@ public:
         // (One file per variant: dlopen of a path already loaded returns the library loaded first.)
         const std::string stem = dir + "/emulated_" + std::string(fj::dtype_name(dtype)) + (ld_in > 0 ? "_fixed" : "") +
                                  (echo ? "_echo" : "") + (one_loop ? "_oneloop" : "") + "_u" + std::to_string(unroll) +
-                                 (window_scan ? "_scan" + std::to_string(ld_in) : "") + (chain ? "_chain" : "");
+                                 (window_scan ? "_scan" + std::to_string(ld_in) : "") + (chain ? "_chain" : "") +
+                                 (chain && !quiet ? "_noquiet" : "");
         std::ofstream(stem + ".cpp") << src;
         const std::string cmd = cxx + " -std=c++20 -O1 -shared -fPIC -pthread -w -o " + stem + ".so " + stem + ".cpp > " +
                                 stem + ".log 2>&1";
@@ -258,6 +284,15 @@ public:
         if (so_) dlclose(so_);
     }
     const std::string& error() const { return error_; }
+
+    // The warp votes that came out true and not true since the last call (chained scans' quiet batches).
+    std::pair<long long, long long> votes() const {
+        void* at = dlsym(so_, "fj_votes");
+        REQUIRE(at != nullptr);
+        long long all = 0, not_all = 0;
+        reinterpret_cast<void (*)(long long*, long long*)>(at)(&all, &not_all);
+        return {all, not_all};
+    }
 
     // Runs kernel i of the list on host panels, with the launch shape the backend would use.
     void run(std::size_t i, const fj::ir::Kernel& k, const std::map<std::string, fj::Panel>& in,
@@ -676,6 +711,101 @@ TEST_CASE("chained window-scan kernels, run on the host, match the reference") {
     Emulated emu(kernels, dtype, dir, cxx, {.ld_in = ld, .ld_out = ld, .window_scan = true, .chain = true});
     REQUIRE_MESSAGE(emu.error().empty(), emu.error());
     check_emulated(emu, index, pr, ds, dtype, ld, {0, 45, 130});
+}
+
+TEST_CASE("chained window scans: quiet batches and the others, in one panel, match the reference and each other") {
+    std::string cxx, dir;
+    if (!emulation_ready(&cxx, &dir)) return;
+    using fj::window;
+    const fj::Expr A = fj::input("A"), B = fj::input("B");
+    // Price-like data without missing values or repeats, but for a few events that make the batches around
+    // them (a window's length after them, in their strip of 32 columns) run with their counters: a NaN, an
+    // infinity, a value repeated once, constant stretches shorter and longer than the windows, a column
+    // constant from the start. Columns 32-43 are a second strip with 20 lanes past the panel.
+    fj::test::Dataset ds = fj::test::dataset("price, clean", 720, 44, fj::test::clean(fj::test::Flavour::Price), 29);
+    auto at = [&](const char* in, std::int64_t r, std::int64_t c) -> double& {
+        return ds.inputs.at(in)[static_cast<std::size_t>(r * ds.cols + c)];
+    };
+    at("A", 300, 5) = std::nan("");
+    at("B", 455, 20) = HUGE_VAL;
+    at("B", 520, 2) = at("B", 519, 2);
+    for (std::int64_t r = 200; r < 230; ++r) at("A", r, 36) = at("A", 199, 36);
+    for (std::int64_t r = 380; r < 470; ++r) at("A", r, 40) = 101.25;
+    for (std::int64_t r = 0; r < 290; ++r) at("B", r, 11) = 99.5;
+    std::vector<std::pair<std::string, fj::Expr>> cases = {
+        {"corr40", fj::corr(window(A, 40), window(B, 40))},
+        {"corr250", fj::corr(window(A, 250), window(B, 250))},
+        {"cov64", fj::cov(window(A, 64, 10), window(B, 64, 30))},
+        {"std48", fj::std(window(A, 48))},
+    };
+    std::vector<std::pair<std::string, fj::Expr>> fused = {{"corr40", fj::corr(window(A, 40), window(B, 40))},
+                                                           {"std40", fj::std(window(B, 40))}};
+    const fj::DType dtype = fj::DType::F32;
+    const Programs pr = programs_of(cases, fused, dtype);
+    const long long ld = 48;
+    std::vector<const fj::ir::Kernel*> kernels;
+    std::vector<std::size_t> index;
+    for (std::size_t pi = 0; pi < pr.plans.size(); ++pi) {
+        REQUIRE(pr.plans[pi].regions.size() == 1);
+        kernels.push_back(&pr.plans[pi].regions[0].kernel);
+        index.push_back(pi);
+    }
+    // corr's quiet state: no non-finite value for a window before the batch and in it, both inputs changing
+    // on every row (quiet_rows.hpp); std's: no non-finite value.
+    {
+        fj::codegen::CudaEmitOptions o;
+        o.dtype = dtype;
+        o.strides = {ld, ld, ld};
+        o.window_scan = o.window_scan_chain = true;
+        const std::string src = fj::codegen::emit_cuda(pr.plans[1].regions[0].kernel, o);
+        CHECK(src.find("fj_quiet = !fj_active || ((fj_m2 == -1073741824 && fj_e2 < u_batch - 250) && fj_a9 && fj_a11);") !=
+              std::string::npos);
+        o.chain_quiet_batches = false;
+        CHECK(fj::codegen::emit_cuda(pr.plans[1].regions[0].kernel, o).find("fj_quiet") == std::string::npos);
+    }
+    const fj::test::Inputs data = fj::test::as_dtype(ds.inputs, dtype);
+    std::map<std::pair<std::size_t, std::int64_t>, std::vector<std::vector<double>>> got[2];  // by quiet, (program, tile)
+    for (bool quiet : {true, false}) {
+        CAPTURE(quiet);
+        Emulated emu(kernels, dtype, dir, cxx, {.ld_in = ld, .ld_out = ld, .window_scan = true, .chain = true, .quiet = quiet});
+        REQUIRE_MESSAGE(emu.error().empty(), emu.error());
+        for (std::int64_t tile : {0, 300}) {
+            CAPTURE(tile);
+            for (std::size_t q = 0; q < index.size(); ++q) {
+                CAPTURE(q);
+                const fj::codegen::Plan& plan = pr.plans[q];
+                std::vector<fj::Expr> roots;
+                for (const auto& [name, e] : pr.outputs[q]) roots.push_back(e);
+                const auto refs = fj::test::reference(roots, data, ds.rows, ds.cols);
+                check_outputs(plan, roots, refs, data, ds.rows, ds.cols, dtype, ld, ld, [&](const auto& ip, const auto& op) {
+                    emu.run(q, plan.regions[0].kernel, ip, op, tile);
+                    auto& outs = got[quiet][{q, tile}];
+                    for (const auto& n : plan.outputs) {
+                        const fj::Panel& p = op.at(n);
+                        const float* f = static_cast<const float*>(p.data);
+                        outs.emplace_back(f, f + p.rows * p.ld);
+                    }
+                });
+                const auto [all, not_all] = emu.votes();
+                // (cov with minimum periods forms its count of valid rows, n: no quiet state.)
+                if (quiet && pr.outputs[q][0].first != "cov64") {  // both kinds of batch ran
+                    CHECK(all > 0);
+                    CHECK(not_all > 0);
+                } else {
+                    CHECK(all + not_all == 0);
+                }
+            }
+        }
+    }
+    // The same float32 results, bit for bit (NaNs included), with quiet batches and without.
+    for (const auto& [key, outs] : got[1]) {
+        CAPTURE(key.first);
+        CAPTURE(key.second);
+        const auto& other = got[0].at(key);
+        REQUIRE(outs.size() == other.size());
+        for (std::size_t k = 0; k < outs.size(); ++k)
+            CHECK(std::memcmp(outs[k].data(), other[k].data(), outs[k].size() * sizeof(double)) == 0);
+    }
 }
 
 }  // TEST_SUITE

@@ -67,6 +67,7 @@ CudaSettings CudaSettings::from_env() {
     s.scan_warps = env_int("FJ_CUDA_SCAN_WARPS", 0, 0, 16);
     s.scan_chain = env_int("FJ_CUDA_SCAN_CHAIN", s.scan_chain, -1, 1);
     s.echo = env_int("FJ_CUDA_ECHO", 1, 0, 1) != 0;
+    s.quiet = env_int("FJ_CUDA_QUIET", 1, 0, 1) != 0;
     s.rsqrt_refine = env_int("FJ_CUDA_RSQRT_REFINE", 1, 0, 1) != 0;
     if (s.scan_warps != 0 && s.scan_warps != 8 && s.scan_warps != 16)
         throw Error(fmt::format("FJ_CUDA_SCAN_WARPS={} is not 8 or 16", s.scan_warps));
@@ -98,11 +99,11 @@ std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::st
                        n.version, opts, settings.unroll, settings.reg_ring_max,
                        settings.big_body_shapes ? " bigbodyshapes" : "", settings.rsqrt_refine ? "" : " rsqrt0") +
            (strides.empty() ? fmt::format(" oneloop={}", settings.one_loop ? 1 : 0)
-                            : fmt::format(" ld=[{}] l2pf={} stages={} copies={} edges={} lb={} hints={} warm={} scan={} ahead={} warps={} chain={} echo={}",
+                            : fmt::format(" ld=[{}] l2pf={} stages={} copies={} edges={} lb={} hints={} warm={} scan={} ahead={} warps={} chain={} echo={} quiet={}",
                                           fmt::join(strides, ","), settings.l2_prefetch, settings.stages,
                                           settings.copies, settings.batched_edges, settings.launch_bounds,
                                           settings.cache_hints, settings.warm_rows, settings.window_scan, settings.scan_ahead, settings.scan_warps,
-                                          settings.scan_chain, settings.echo ? 1 : 0));
+                                          settings.scan_chain, settings.echo ? 1 : 0, settings.quiet ? 1 : 0));
 }
 
 int long_window_inputs(const ir::Kernel& kernel) {
@@ -131,6 +132,7 @@ codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype
     eo.max_threads = settings.launch_bounds;
     eo.warm_only_rows = settings.warm_rows;
     eo.echo_rings = settings.echo;
+    eo.chain_quiet_batches = settings.quiet;
     eo.cache_hints = settings.cache_hints >= 0 ? settings.cache_hints == 1 : kernel.max_input_lag >= kCacheHintMinLag;
     int major = 0, minor = 0;
     parse_arch(arch, &major, &minor);
