@@ -19,7 +19,8 @@
 //                              or, without one, at two tile lengths (auto and 160 rows)
 //   FJ_BENCH_SWEEP="w=250,hints=0 tile=4000 op=max,w=30 ..."   more settings on the 50,000 x 50,000 panel
 //                              (op: corr, the default, or max min std mean of window(A, w);
-//                              "sustained=1": measured in that state, see time_sustained(), instead of time_cool())
+//                              "sustained=1": measured in that state, see time_sustained(), instead of time_cool();
+//                              "holes=K": on panels with NaNs in A every K rows of every 32nd column, see fj_bench_gen)
 //   FJ_BENCH_COOL_MS=2000      the idle pause before each 50,000 x 50,000 measurement (see cool_down())
 #include <unistd.h>
 
@@ -146,7 +147,10 @@ __device__ float gauss(unsigned long long k) {
 }
 extern "C" __global__ void fj_bench_empty() {}
 // A: a random walk around 100 per column (steps 0.1 N(0,1)); B = 0.5 A + N(0,1). Row-major, ld = cols.
-extern "C" __global__ void fj_bench_gen(float* a, float* b, long long rows, long long cols, unsigned long long seed) {
+// holes > 0: A is NaN on every holes-th row of every 32nd column (column 7 of each 32), so that no batch of
+// a window scan's strip is free of missing values for a window (the sweep key `holes`).
+extern "C" __global__ void fj_bench_gen(float* a, float* b, long long rows, long long cols, unsigned long long seed,
+                                        long long holes) {
     const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= cols) return;
     const unsigned long long base = (seed * 0x100000001b3ULL + (unsigned long long)j) * 0x2545F4914F6CDD1DULL;
@@ -154,7 +158,7 @@ extern "C" __global__ void fj_bench_gen(float* a, float* b, long long rows, long
     for (long long t = 0; t < rows; ++t) {
         const unsigned long long k = base + 2ULL * (unsigned long long)t * 0x9E3779B97F4A7C15ULL;
         p += 0.1 * gauss(k);
-        a[t * cols + j] = (float)p;
+        a[t * cols + j] = holes > 0 && j % 32 == 7 && t % holes == 0 ? __int_as_float(0x7fc00000) : (float)p;
         b[t * cols + j] = (float)(0.5 * p + gauss(k + 1));
     }
 }
@@ -198,8 +202,9 @@ double bare_launch_us() {
     return median(us);
 }
 
-void generate(cu::CUdeviceptr a, cu::CUdeviceptr b, long long rows, long long cols, unsigned long long seed) {
-    void* args[] = {&a, &b, &rows, &cols, &seed};
+void generate(cu::CUdeviceptr a, cu::CUdeviceptr b, long long rows, long long cols, unsigned long long seed,
+              long long holes = 0) {
+    void* args[] = {&a, &b, &rows, &cols, &seed, &holes};
     const unsigned grid = static_cast<unsigned>((cols + 127) / 128);
     FJ_CU(cuLaunchKernel, gen_kernel(), grid, 1u, 1u, 128u, 1u, 1u, 0u, nullptr, args, nullptr);
     FJ_CU(cuCtxSynchronize);
@@ -734,7 +739,10 @@ int main(int argc, char** argv) {
                 const int w = kv.count("w") ? std::stoi(kv["w"]) : 20;
                 const auto [expr, reads] = sweep_expr(kv.count("op") ? kv["op"] : "corr", w);
                 fj::Program p = fj::compile({{"c", expr}}, o);
+                const long long holes = kv.count("holes") ? std::stoll(kv["holes"]) : 0;
+                if (holes > 0) generate(a.p, b.p, T, N, 1, holes);
                 const Timing t = kv.count("sustained") ? time_sustained(p, in, outs) : time_cool(p, in, outs);
+                if (holes > 0) generate(a.p, b.p, T, N, 1);  // (the clean panels again)
                 const double op_floor = floor * (reads + 1) / 3.0;  // its reads and one write
                 std::printf("  sweep %s: %.3f ms, x%.2f its floor (%.3f ms); %s  [smi %s]\n", item.c_str(), t.event_ms,
                             t.event_ms / op_floor, op_floor, launch_summary(p).c_str(), t.smi.c_str());
