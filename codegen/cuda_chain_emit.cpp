@@ -112,7 +112,7 @@ void Emitter::chain_plan() {
                                 kWindowScanChainMaxSharedBytes));
     H.smem_bytes = static_cast<int>(bytes);
     H.ok = true;
-    if (o_.chain_quiet_batches) {
+    if (o_.quiet_batches) {
         std::vector<RunCounter> counters;  // (counts only tested: the quiet copy of C does not keep them)
         for (const ScanCounter& c : P.counters)
             if (P.tested_counters.count(c.state)) counters.push_back({c.state, c.select, c.cond});

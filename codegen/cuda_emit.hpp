@@ -68,7 +68,7 @@
 namespace fj::codegen {
 
 // Bump whenever the generated code changes for the same IR: it is part of every cache key.
-inline constexpr int kCudaCodegenVersion = 17;
+inline constexpr int kCudaCodegenVersion = 18;
 
 // The longest time tile a launch may use (launch_config caps it): states then live for at most this
 // many rows plus the halo, which bounds counters enough to keep them in 32-bit registers.
@@ -156,11 +156,13 @@ struct CudaEmitOptions {
     // split (cuda_window_sum_split) and a batch length of kWindowScanChainMinRows to kWindowScanBatchRows
     // rows divides the window; emit_cuda throws for kernels cuda_window_scan_smem() refuses.
     bool window_scan_chain = false;
-    // Chained window scans: batches whose run counters are all in their quiet states on every lane of the
-    // warp (codegen/quiet_rows.hpp; corr: no missing value in the window, both inputs changing on every
-    // row) run their rows with the counters' tests and what those imply as constants, skipping the counters'
-    // updates and the finiteness tests and masks of the entering and leaving rows; the others as before.
-    bool chain_quiet_batches = true;
+    // Batches whose run counters are all in their quiet states on every lane of the warp (codegen/
+    // quiet_rows.hpp; corr: no missing value in the window, both inputs changing on every row) run their rows
+    // with the counters' tests and what those imply as constants, skipping the counters' updates and the
+    // finiteness tests and masks of the rows (a warp vote picks the copy): chained window scans (decided from
+    // what their phase A gathers) and the batched loop of column scans with register loads (a check of the
+    // counters' conditions on the batch's rows, in registers already, before it; cuda_quiet_emit.cpp).
+    bool quiet_batches = true;
 };
 
 // Window-scan kernels (codegen/cuda_scan_emit.cpp) keep a block's 32 columns' whole window in shared

@@ -166,6 +166,17 @@ private:
     // computed per row), or rows of the batched loops (slots known: they read the later values too).
     enum class EchoRows { None, Store, Ring };
     EchoRows echo_rows_ = EchoRows::None;
+    // Quiet batches of the batched loop (cuda_quiet_emit.cpp, CudaEmitOptions::quiet_batches): the run
+    // counters' quiet states; what the check before a batch evaluates (the counters' conditions) and the
+    // states it reads, which hold an input's previous value (state -> (input, lag)); and, while a batch's
+    // quiet rows are emitted, what is known there.
+    QuietRows quiet_;
+    std::vector<bool> quiet_check_;
+    std::map<int, std::pair<int, int>> quiet_prev_;
+    const QuietRows* quiet_rows_ = nullptr;
+    void quiet_plan();
+    void quiet_check(int ind);
+    bool quiet_counter(int state) const;
 
     // ---- The window-scan kernel (cuda_scan_emit.cpp; see emit_cuda_window_scan()) ----
 public:
@@ -236,7 +247,7 @@ private:
         // counters, the mbarriers and the ready row start.
         std::size_t ring_bytes = 0, esum_at = 0, csum_at = 0, ccnt_at = 0, bars_at = 0, ready_at = 0;
         int smem_bytes = 0;
-        QuietRows quiet;             // the counters' quiet states (CudaEmitOptions::chain_quiet_batches)
+        QuietRows quiet;             // the counters' quiet states (CudaEmitOptions::quiet_batches)
     };
     ChainPlan chain_;
     void chain_plan();
@@ -367,6 +378,7 @@ private:
         async_plan();
         echo_plan();
         preset_plan();
+        quiet_plan();
         hints_ = o_.cache_hints && !o_.strides.empty();
         fast_rsqrt_ = o_.dtype == DType::F32 && !big_body_ &&
                       std::any_of(k_.body.begin(), k_.body.end(), [&](const Inst& x) {
@@ -1320,13 +1332,32 @@ private:
         const std::set<int> pf_inputs = l2_prefetched();
         batch_loop_begin((C + 1) * U_, pf_inputs, C);
         stream_stores_ = hints_;
+        auto rows = [&](int ind) {
+            for (int u = 0; u < U_; ++u) {
+                step(ind, u);
+                for (const auto& [key, u_last] : last_use)
+                    if (u_last == u) load(ind, false, key, U_);
+                l2_prefetch_row(u, pf_inputs);
+            }
+        };
         for (int c = 0; c < C; ++c) {
             if (c > 0) line(4, "t += {};", U_);
-            for (int u = 0; u < U_; ++u) {
-                step(4, u);
-                for (const auto& [key, u_last] : last_use)
-                    if (u_last == u) load(4, false, key, U_);
-                l2_prefetch_row(u, pf_inputs);
+            if (quiet_.ok) {
+                // Quiet batches (see quiet_plan()): the rows without the counters where every lane's are quiet.
+                line(4, "{{");
+                quiet_check(5);
+                line(5, "if (__all_sync(__activemask(), fj_quiet)) {{  // every lane's rows are quiet");
+                quiet_rows_ = &quiet_;
+                rows(6);
+                for (const QuietCounter& q : quiet_.counters)
+                    if (q.how == QuietState::ResetEveryRow) line(6, "s{} = {};  // (a reset on the last row)", q.state, -U_);
+                quiet_rows_ = nullptr;
+                line(5, "}} else {{");
+                rows(6);
+                line(5, "}}");
+                line(4, "}}");
+            } else {
+                rows(4);
             }
             advance(4, U_);
         }
@@ -1538,7 +1569,7 @@ private:
         if (counter_part_[i]) return;
         std::string e;
         if (const std::int32_t st = counter_state_[i]; st >= 0) {
-            line(ind, "s{} = v{} ? {} : s{};  // run counter, q", st, x.a, -(u + 1), st);
+            if (!(quiet_rows_ && quiet_counter(st))) line(ind, "s{} = v{} ? {} : s{};  // run counter, q", st, x.a, -(u + 1), st);
             e = fmt::format("s{} + {}", st, u + 1);
         }
         if (e.empty()) switch (x.op) {
@@ -1558,6 +1589,11 @@ private:
 
     void inst(int ind, int u, std::size_t i) {
         const Inst& x = k_.body[i];
+        if (quiet_rows_ && x.type == Type::Bool)
+            if (const auto it = quiet_rows_->known.find(static_cast<std::int32_t>(i)); it != quiet_rows_->known.end()) {
+                line(ind, "const bool v{} = {};", i, it->second ? "true" : "false");
+                return;
+            }
         const char* ty = x.type == Type::Bool ? "bool" : "double";
         auto v = [](std::int32_t n) { return fmt::format("v{}", n); };
         auto def = [&](const std::string& expr) { line(ind, "const {} v{} = {};", ty, i, expr); };

@@ -108,14 +108,21 @@ static inline void fj_mbar_arrive(unsigned bar) {
     fj_mbar_settle(m);
 }
 static inline void __syncwarp() {}  // (chained window scans: only a hint to the compiler there)
-// Warp votes (chained window scans' quiet batches): the warp's 32 threads meet at its barrier with their
-// votes counted, read the count, and meet again before it is cleared for the next vote. The votes that came
-// out true and false are counted for the tests (fj_votes).
+// Warp votes (quiet batches): in window-scan kernels, whose threads run at once, the warp's 32 threads meet
+// at its barrier with their votes counted, read the count, and meet again before it is cleared for the next
+// vote; in column scans, whose threads run one after the other, each thread votes alone (a lane then runs
+// the quiet rows exactly where its own rows are quiet, which is what the real vote's answer implies of
+// every lane). The votes that came out true and false are counted for the tests (fj_votes).
 struct fj_warp { std::barrier<> bar{32}; std::atomic<int> no{0}; };
-static fj_warp* fj_warps = nullptr;  // [block / 32], set by the runner
+static fj_warp* fj_warps = nullptr;  // [block / 32], set by the window-scan runner
 static std::atomic<long long> fj_votes_all{0}, fj_votes_not{0};
 extern "C" void fj_votes(long long* all, long long* not_all) { *all = fj_votes_all.exchange(0); *not_all = fj_votes_not.exchange(0); }
+static inline unsigned __activemask() { return 0xffffffffu; }
 static inline bool __all_sync(unsigned, bool v) {
+    if (!fj_warps) {
+        ++(v ? fj_votes_all : fj_votes_not);
+        return v;
+    }
     fj_warp& w = fj_warps[threadIdx.x / 32];
     if (!v) ++w.no;
     w.bar.arrive_and_wait();
@@ -206,7 +213,7 @@ struct EmuKind {
     bool one_loop = false;  // generic kernels in one guarded loop (CudaEmitOptions::one_loop)
     // Specialised kernels with register loads and echo rings (CudaEmitOptions::echo_rings) instead of staged loads.
     bool echo = false;
-    // Chained window scans: quiet batches (CudaEmitOptions::chain_quiet_batches).
+    // Chained window scans: quiet batches (CudaEmitOptions::quiet_batches).
     bool quiet = true;
 };
 
@@ -244,7 +251,7 @@ public:
             o.window_scan_ahead = scan_ahead;
             o.window_scan_warps = scan_warps;
             o.window_scan_chain = chain;
-            o.chain_quiet_batches = quiet;
+            o.quiet_batches = quiet;
             box_rows_.push_back(window_scan ? fj::codegen::cuda_window_scan_layout(k, o).box_rows : 0);
             src += "#undef FJ_NAN\n" + fj::codegen::emit_cuda(k, o);
             if (window_scan) {
@@ -255,7 +262,7 @@ public:
                        "    for (unsigned t = 0; t < block; ++t) ts.emplace_back([=] {\n"
                        "      blockDim.x = block; gridDim.x = gx; gridDim.y = gy; blockIdx.x = x; blockIdx.y = y; threadIdx.x = t;\n"
                        "      " + k.name + "(*static_cast<const fj_params_" + k.name + "*>(w));\n    });\n"
-                       "    for (auto& th : ts) th.join();\n  }\n}\n";
+                       "    for (auto& th : ts) th.join();\n    fj_warps = nullptr;\n  }\n}\n";
                 continue;
             }
             src += "extern \"C\" void run_" + k.name + "(const void* w, unsigned gx, unsigned gy, unsigned block) {\n"
@@ -713,65 +720,27 @@ TEST_CASE("chained window-scan kernels, run on the host, match the reference") {
     check_emulated(emu, index, pr, ds, dtype, ld, {0, 45, 130});
 }
 
-TEST_CASE("chained window scans: quiet batches and the others, in one panel, match the reference and each other") {
-    std::string cxx, dir;
-    if (!emulation_ready(&cxx, &dir)) return;
-    using fj::window;
-    const fj::Expr A = fj::input("A"), B = fj::input("B");
-    // Price-like data without missing values or repeats, but for a few events that make the batches around
-    // them (a window's length after them, in their strip of 32 columns) run with their counters: a NaN, an
-    // infinity, a value repeated once, constant stretches shorter and longer than the windows, a column
-    // constant from the start. Columns 32-43 are a second strip with 20 lanes past the panel.
-    fj::test::Dataset ds = fj::test::dataset("price, clean", 720, 44, fj::test::clean(fj::test::Flavour::Price), 29);
-    auto at = [&](const char* in, std::int64_t r, std::int64_t c) -> double& {
-        return ds.inputs.at(in)[static_cast<std::size_t>(r * ds.cols + c)];
-    };
-    at("A", 300, 5) = std::nan("");
-    at("B", 455, 20) = HUGE_VAL;
-    at("B", 520, 2) = at("B", 519, 2);
-    for (std::int64_t r = 200; r < 230; ++r) at("A", r, 36) = at("A", 199, 36);
-    for (std::int64_t r = 380; r < 470; ++r) at("A", r, 40) = 101.25;
-    for (std::int64_t r = 0; r < 290; ++r) at("B", r, 11) = 99.5;
-    std::vector<std::pair<std::string, fj::Expr>> cases = {
-        {"corr40", fj::corr(window(A, 40), window(B, 40))},
-        {"corr250", fj::corr(window(A, 250), window(B, 250))},
-        {"cov64", fj::cov(window(A, 64, 10), window(B, 64, 30))},
-        {"std48", fj::std(window(A, 48))},
-    };
-    std::vector<std::pair<std::string, fj::Expr>> fused = {{"corr40", fj::corr(window(A, 40), window(B, 40))},
-                                                           {"std40", fj::std(window(B, 40))}};
-    const fj::DType dtype = fj::DType::F32;
-    const Programs pr = programs_of(cases, fused, dtype);
-    const long long ld = 48;
+// Runs programs `pr` on emulated kernels of `kind` with quiet batches and without (CudaEmitOptions::
+// quiet_batches): each output against the reference, both kinds of batch run in each program but those of
+// `no_quiet` (none there), and the results of the two the same bit for bit.
+void check_quiet_batches(const std::string& cxx, const std::string& dir, EmuKind kind, const Programs& pr,
+                         const fj::test::Dataset& ds, fj::DType dtype, const std::set<std::string>& no_quiet) {
     std::vector<const fj::ir::Kernel*> kernels;
-    std::vector<std::size_t> index;
-    for (std::size_t pi = 0; pi < pr.plans.size(); ++pi) {
-        REQUIRE(pr.plans[pi].regions.size() == 1);
-        kernels.push_back(&pr.plans[pi].regions[0].kernel);
-        index.push_back(pi);
-    }
-    // corr's quiet state: no non-finite value for a window before the batch and in it, both inputs changing
-    // on every row (quiet_rows.hpp); std's: no non-finite value.
-    {
-        fj::codegen::CudaEmitOptions o;
-        o.dtype = dtype;
-        o.strides = {ld, ld, ld};
-        o.window_scan = o.window_scan_chain = true;
-        const std::string src = fj::codegen::emit_cuda(pr.plans[1].regions[0].kernel, o);
-        CHECK(src.find("fj_quiet = !fj_active || ((fj_m2 == -1073741824 && fj_e2 < u_batch - 250) && fj_a9 && fj_a11);") !=
-              std::string::npos);
-        o.chain_quiet_batches = false;
-        CHECK(fj::codegen::emit_cuda(pr.plans[1].regions[0].kernel, o).find("fj_quiet") == std::string::npos);
+    for (const auto& plan : pr.plans) {
+        REQUIRE(plan.regions.size() == 1);
+        kernels.push_back(&plan.regions[0].kernel);
     }
     const fj::test::Inputs data = fj::test::as_dtype(ds.inputs, dtype);
-    std::map<std::pair<std::size_t, std::int64_t>, std::vector<std::vector<double>>> got[2];  // by quiet, (program, tile)
+    const long long ld = kind.ld_in;
+    std::map<std::pair<std::size_t, std::int64_t>, std::vector<std::vector<char>>> got[2];  // by quiet, (program, tile)
     for (bool quiet : {true, false}) {
         CAPTURE(quiet);
-        Emulated emu(kernels, dtype, dir, cxx, {.ld_in = ld, .ld_out = ld, .window_scan = true, .chain = true, .quiet = quiet});
+        kind.quiet = quiet;
+        Emulated emu(kernels, dtype, dir, cxx, kind);
         REQUIRE_MESSAGE(emu.error().empty(), emu.error());
         for (std::int64_t tile : {0, 300}) {
             CAPTURE(tile);
-            for (std::size_t q = 0; q < index.size(); ++q) {
+            for (std::size_t q = 0; q < pr.plans.size(); ++q) {
                 CAPTURE(q);
                 const fj::codegen::Plan& plan = pr.plans[q];
                 std::vector<fj::Expr> roots;
@@ -782,13 +751,12 @@ TEST_CASE("chained window scans: quiet batches and the others, in one panel, mat
                     auto& outs = got[quiet][{q, tile}];
                     for (const auto& n : plan.outputs) {
                         const fj::Panel& p = op.at(n);
-                        const float* f = static_cast<const float*>(p.data);
-                        outs.emplace_back(f, f + p.rows * p.ld);
+                        const char* b = static_cast<const char*>(p.data);
+                        outs.emplace_back(b, b + p.rows * p.ld * static_cast<std::int64_t>(fj::dtype_size(dtype)));
                     }
                 });
                 const auto [all, not_all] = emu.votes();
-                // (cov with minimum periods forms its count of valid rows, n: no quiet state.)
-                if (quiet && pr.outputs[q][0].first != "cov64") {  // both kinds of batch ran
+                if (quiet && !no_quiet.count(pr.outputs[q][0].first)) {  // both kinds of batch ran
                     CHECK(all > 0);
                     CHECK(not_all > 0);
                 } else {
@@ -797,14 +765,80 @@ TEST_CASE("chained window scans: quiet batches and the others, in one panel, mat
             }
         }
     }
-    // The same float32 results, bit for bit (NaNs included), with quiet batches and without.
     for (const auto& [key, outs] : got[1]) {
         CAPTURE(key.first);
         CAPTURE(key.second);
         const auto& other = got[0].at(key);
         REQUIRE(outs.size() == other.size());
-        for (std::size_t k = 0; k < outs.size(); ++k)
-            CHECK(std::memcmp(outs[k].data(), other[k].data(), outs[k].size() * sizeof(double)) == 0);
+        for (std::size_t k = 0; k < outs.size(); ++k) CHECK(outs[k] == other[k]);
+    }
+}
+
+TEST_CASE("quiet batches and the others, in one panel, match the reference and each other: chained and column scans") {
+    std::string cxx, dir;
+    if (!emulation_ready(&cxx, &dir)) return;
+    using fj::window;
+    const fj::Expr A = fj::input("A"), B = fj::input("B");
+    // Price-like data without missing values or repeats, but for a few events that make the batches around
+    // them (a window's length after them, in a chained scan's strip of 32 columns) run with their counters:
+    // a NaN, an infinity, a value repeated once, constant stretches shorter and longer than the windows, a
+    // column constant from the start. Columns 32-43 are a second strip with 20 lanes past the panel.
+    fj::test::Dataset ds = fj::test::dataset("price, clean", 720, 44, fj::test::clean(fj::test::Flavour::Price), 29);
+    auto at = [&](const char* in, std::int64_t r, std::int64_t c) -> double& {
+        return ds.inputs.at(in)[static_cast<std::size_t>(r * ds.cols + c)];
+    };
+    at("A", 300, 5) = std::nan("");
+    at("B", 455, 20) = HUGE_VAL;
+    at("B", 520, 2) = at("B", 519, 2);
+    for (std::int64_t r = 200; r < 230; ++r) at("A", r, 36) = at("A", 199, 36);
+    for (std::int64_t r = 380; r < 470; ++r) at("A", r, 40) = 101.25;
+    for (std::int64_t r = 0; r < 290; ++r) at("B", r, 11) = 99.5;
+    const long long ld = 48;
+    {
+        INFO("chained window scans");
+        const Programs pr = programs_of({{"corr40", fj::corr(window(A, 40), window(B, 40))},
+                                         {"corr250", fj::corr(window(A, 250), window(B, 250))},
+                                         {"cov64", fj::cov(window(A, 64, 10), window(B, 64, 30))},
+                                         {"std48", fj::std(window(A, 48))}},
+                                        {{"corr40", fj::corr(window(A, 40), window(B, 40))}, {"std40", fj::std(window(B, 40))}},
+                                        fj::DType::F32);
+        // corr's quiet state: no non-finite value for a window before the batch and in it, both inputs
+        // changing on every row (quiet_rows.hpp); std's: no non-finite value.
+        fj::codegen::CudaEmitOptions o;
+        o.dtype = fj::DType::F32;
+        o.strides = {ld, ld, ld};
+        o.window_scan = o.window_scan_chain = true;
+        const std::string src = fj::codegen::emit_cuda(pr.plans[1].regions[0].kernel, o);
+        CHECK(src.find("fj_quiet = !fj_active || ((fj_m2 == -1073741824 && fj_e2 < u_batch - 250) && fj_a9 && fj_a11);") !=
+              std::string::npos);
+        o.quiet_batches = false;
+        CHECK(fj::codegen::emit_cuda(pr.plans[1].regions[0].kernel, o).find("fj_quiet") == std::string::npos);
+        // (cov with minimum periods forms its count of valid rows, n: no quiet state.)
+        check_quiet_batches(cxx, dir, {.ld_in = ld, .ld_out = ld, .window_scan = true, .chain = true}, pr, ds, fj::DType::F32,
+                            {"cov64"});
+    }
+    // Column scans' batched loops: float32 with echo rings (the headline kernel's shape), float64 with
+    // register loads (a window too long for echo rings).
+    const Programs pr = programs_of({{"corr20", fj::corr(window(A, 20), window(B, 20))},
+                                     {"corr7", fj::corr(window(A, 7), window(B, 7))},
+                                     {"cov64", fj::cov(window(A, 64, 10), window(B, 64, 30))},
+                                     {"std48", fj::std(window(A, 48))}},
+                                    {{"corr20", fj::corr(window(A, 20), window(B, 20))}, {"std20", fj::std(window(B, 20))}},
+                                    fj::DType::F32);
+    {
+        INFO("column scans, float32, echo rings");
+        check_quiet_batches(cxx, dir, {.ld_in = ld, .ld_out = ld, .echo = true}, pr, ds, fj::DType::F32, {"cov64"});
+    }
+    {
+        INFO("column scans, float64, register loads");
+        const Programs pr64 = programs_of({{"corr20", fj::corr(window(A, 20), window(B, 20))},
+                                           {"corr7", fj::corr(window(A, 7), window(B, 7))},
+                                           {"cov64", fj::cov(window(A, 64, 10), window(B, 64, 30))},
+                                           {"std48", fj::std(window(A, 48))}},
+                                          {{"fused corr20", fj::corr(window(A, 20), window(B, 20))}, {"std20", fj::std(window(B, 20))}},
+                                          fj::DType::F64);
+        // (The fused float64 kernel, with its double-double sums, is a big body: no run counters kept as q.)
+        check_quiet_batches(cxx, dir, {.ld_in = ld, .ld_out = ld, .unroll = 8}, pr64, ds, fj::DType::F64, {"cov64", "fused corr20"});
     }
 }
 

@@ -132,7 +132,7 @@ codegen::CudaEmitOptions cuda_emit_options(const ir::Kernel& kernel, DType dtype
     eo.max_threads = settings.launch_bounds;
     eo.warm_only_rows = settings.warm_rows;
     eo.echo_rings = settings.echo;
-    eo.chain_quiet_batches = settings.quiet;
+    eo.quiet_batches = settings.quiet;
     eo.cache_hints = settings.cache_hints >= 0 ? settings.cache_hints == 1 : kernel.max_input_lag >= kCacheHintMinLag;
     int major = 0, minor = 0;
     parse_arch(arch, &major, &minor);

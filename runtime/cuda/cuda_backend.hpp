@@ -36,9 +36,9 @@
 //   FJ_CUDA_ECHO        0: those kernels load a window's leaving rows again (default 1: the values their
 //                       sums remove come back from shared memory where entering rows left them, batches
 //                       of a multiple of the window; codegen::CudaEmitOptions::echo_rings)
-//   FJ_CUDA_QUIET       0: chained window scans run every batch with its counters (default 1: batches
-//                       whose counters are all in their quiet states run a copy of their rows without them;
-//                       codegen::CudaEmitOptions::chain_quiet_batches)
+//   FJ_CUDA_QUIET       0: chained window scans and big-panel column scans run every batch with its counters
+//                       (default 1: batches whose counters are all in their quiet states run a copy of their
+//                       rows without them; codegen::CudaEmitOptions::quiet_batches)
 //   FJ_CUDA_RSQRT_REFINE  0: float32 kernels' reciprocal square root without its Newton step (an
 //                       experiment on the accuracy contract; codegen::CudaEmitOptions::rsqrt_refine)
 //   FJ_CUDA_BIG_BODY_SHAPES  1: big fused kernels get the shapes ptxas miscompiled (diagnosis)
@@ -144,7 +144,7 @@ struct CudaSettings {
     int scan_warps = 0;                   // FJ_CUDA_SCAN_WARPS: window scans' warps per block, 8 or 16 (0: 8)
     int scan_chain = -1;                  // FJ_CUDA_SCAN_CHAIN: 1 wherever sums split, 0 never, -1 by kChainMinSums
     bool echo = true;                     // FJ_CUDA_ECHO: echo rings (specialised kernels; codegen::CudaEmitOptions::echo_rings)
-    bool quiet = true;                    // FJ_CUDA_QUIET: quiet batches in chained scans (codegen::CudaEmitOptions::chain_quiet_batches)
+    bool quiet = true;                    // FJ_CUDA_QUIET: quiet batches (codegen::CudaEmitOptions::quiet_batches)
     bool rsqrt_refine = true;             // FJ_CUDA_RSQRT_REFINE=0: float32 rsqrt without its Newton step (experiment)
     std::vector<std::string> extra_options;  // FJ_NVRTC_OPTIONS, appended to NVRTC's (part of the cache key)
     static CudaSettings from_env();
