@@ -175,7 +175,7 @@ private:
     std::map<int, std::pair<int, int>> quiet_prev_;
     const QuietRows* quiet_rows_ = nullptr;
     void quiet_plan();
-    void quiet_check(int ind, int u0, int u1);
+    void quiet_check(int ind);
     bool quiet_counter(int state) const;
 
     // ---- The window-scan kernel (cuda_scan_emit.cpp; see emit_cuda_window_scan()) ----
@@ -1332,37 +1332,33 @@ private:
         const std::set<int> pf_inputs = l2_prefetched();
         batch_loop_begin((C + 1) * U_, pf_inputs, C);
         stream_stores_ = hints_;
-        auto rows = [&](int ind, int u0, int u1) {
-            for (int u = u0; u < u1; ++u) {
+        auto rows = [&](int ind) {
+            for (int u = 0; u < U_; ++u) {
                 step(ind, u);
                 for (const auto& [key, u_last] : last_use)
                     if (u_last == u) load(ind, false, key, U_);
                 l2_prefetch_row(u, pf_inputs);
             }
         };
-        // Quiet batches (see quiet_plan()) in segments of half a batch, each checked just before it runs: the
-        // check reads every row of its segment, and the loads of a batch's second half, issued in the
-        // batch before's second half, would keep a whole-batch check waiting (ncu on the H200: 23 % of the
-        // samples there, long scoreboard).
-        const int segments = quiet_.ok && U_ >= 8 ? 2 : 1;
         for (int c = 0; c < C; ++c) {
             if (c > 0) line(4, "t += {};", U_);
-            for (int g = 0; g < segments && quiet_.ok; ++g) {
-                const int u0 = g * U_ / segments, u1 = (g + 1) * U_ / segments;
+            if (quiet_.ok) {
+                // Quiet batches (see quiet_plan()): the rows without the counters where every lane's are quiet.
                 line(4, "{{");
-                quiet_check(5, u0, u1);
+                quiet_check(5);
                 line(5, "if (__all_sync(__activemask(), fj_quiet)) {{  // every lane's rows are quiet");
                 quiet_rows_ = &quiet_;
-                rows(6, u0, u1);
+                rows(6);
                 for (const QuietCounter& q : quiet_.counters)
-                    if (q.how == QuietState::ResetEveryRow) line(6, "s{} = {};  // (a reset on the last row)", q.state, -u1);
+                    if (q.how == QuietState::ResetEveryRow) line(6, "s{} = {};  // (a reset on the last row)", q.state, -U_);
                 quiet_rows_ = nullptr;
                 line(5, "}} else {{");
-                rows(6, u0, u1);
+                rows(6);
                 line(5, "}}");
                 line(4, "}}");
+            } else {
+                rows(4);
             }
-            if (!quiet_.ok) rows(4, 0, U_);
             advance(4, U_);
         }
         stream_stores_ = false;

@@ -3,11 +3,11 @@
 //
 // Why: the headline kernel (corr w=20 on big panels) keeps three run counters per row (the window is
 // full, x changed, y changed) with their conditions, selects, tests and the masks of the entering values;
-// on most rows of most data they decide nothing. Before each half of a batch of U rows, whose inputs are in
+// on most rows of most data they decide nothing. Before each batch of U rows, whose inputs are in
 // registers already (the rolling loads), a thread evaluates its counters' conditions for those rows; where
 // every lane of the warp finds them in their quiet states (a warp vote: the branch stays uniform), the
-// rows run as a copy with the counters' tests and what they imply as constants and without the counters'
-// updates; the others run as before. Results are the same bit for bit.
+// batch runs a copy of its rows with the counters' tests and what they imply as constants and without the
+// counters' updates; the others run the rows as before. Results are the same bit for bit.
 #include "codegen/cuda_emitter.hpp"
 
 namespace fj::codegen::detail {
@@ -19,7 +19,7 @@ bool Emitter::quiet_counter(int state) const {
 // The counters kept as q (run_counters()) whose count only meets constants in comparisons, their quiet
 // states, and what the check evaluates: their conditions on a batch row, from the row's loads and from
 // states that hold an input's value of the row before (the check of row u reads that input at row u - 1
-// instead; a segment's first row the state itself). Anything else a condition reads (another state, a ring, an echo)
+// instead; row 0 the state itself). Anything else a condition reads (another state, a ring, an echo)
 // leaves the kernel without quiet batches.
 void Emitter::quiet_plan() {
     quiet_ = QuietRows{};
@@ -97,16 +97,15 @@ void Emitter::quiet_plan() {
     quiet_ = std::move(q);
 }
 
-// Before batch rows u0 .. u1 - 1: fj_quiet, whether this thread's counters are in their quiet states on them.
-void Emitter::quiet_check(int ind, int u0, int u1) {
+// Before a batch: fj_quiet, whether this thread's counters are in their quiet states on all its rows.
+void Emitter::quiet_check(int ind) {
     std::string start = "true";
-    for (const QuietCounter& c : quiet_.counters)  // (q form: s + u0 is the count on the row before u0)
-        if (c.how == QuietState::NoReset) start += fmt::format(" && s{} + {} >= {}", c.state, u0, c.clear_rows);
+    for (const QuietCounter& c : quiet_.counters)
+        if (c.how == QuietState::NoReset) start += fmt::format(" && s{} >= {}", c.state, c.clear_rows);  // (s: the count on row t - 1)
     line(ind, "bool fj_quiet = {};", start);
-    for (int u = u0; u < u1; ++u) {
+    for (int u = 0; u < U_; ++u) {
         line(ind, "{{  // row {}: the counters' conditions", row(u));
-        // (Row u0 reads the state itself: the row before has stored it, and its load holds a later row now.)
-        if (u > u0)
+        if (u > 0)
             for (const auto& [st, from] : quiet_prev_) {
                 const std::string value = load_name(from.first, u - 1 - from.second);
                 if (float_state_[static_cast<std::size_t>(st)]) line(ind + 1, "const float s{} = {};", st, value);
