@@ -819,26 +819,23 @@ TEST_CASE("quiet batches and the others, in one panel, match the reference and e
     }
     // Column scans' batched loops: float32 with echo rings (the headline kernel's shape), float64 with
     // register loads (a window too long for echo rings).
-    const Programs pr = programs_of({{"corr20", fj::corr(window(A, 20), window(B, 20))},
-                                     {"corr7", fj::corr(window(A, 7), window(B, 7))},
-                                     {"cov64", fj::cov(window(A, 64, 10), window(B, 64, 30))},
-                                     {"std48", fj::std(window(A, 48))}},
-                                    {{"corr20", fj::corr(window(A, 20), window(B, 20))}, {"std20", fj::std(window(B, 20))}},
-                                    fj::DType::F32);
+    auto column_programs = [&](fj::DType dtype) {
+        return programs_of({{"corr20", fj::corr(window(A, 20), window(B, 20))},
+                            {"corr7", fj::corr(window(A, 7), window(B, 7))},
+                            {"cov64", fj::cov(window(A, 64, 10), window(B, 64, 30))},
+                            {"std48", fj::std(window(A, 48))}},
+                           {{"fused corr20", fj::corr(window(A, 20), window(B, 20))}, {"std20", fj::std(window(B, 20))}}, dtype);
+    };
     {
         INFO("column scans, float32, echo rings");
-        check_quiet_batches(cxx, dir, {.ld_in = ld, .ld_out = ld, .echo = true}, pr, ds, fj::DType::F32, {"cov64"});
+        check_quiet_batches(cxx, dir, {.ld_in = ld, .ld_out = ld, .echo = true}, column_programs(fj::DType::F32), ds,
+                            fj::DType::F32, {"cov64"});
     }
     {
         INFO("column scans, float64, register loads");
-        const Programs pr64 = programs_of({{"corr20", fj::corr(window(A, 20), window(B, 20))},
-                                           {"corr7", fj::corr(window(A, 7), window(B, 7))},
-                                           {"cov64", fj::cov(window(A, 64, 10), window(B, 64, 30))},
-                                           {"std48", fj::std(window(A, 48))}},
-                                          {{"fused corr20", fj::corr(window(A, 20), window(B, 20))}, {"std20", fj::std(window(B, 20))}},
-                                          fj::DType::F64);
         // (The fused float64 kernel, with its double-double sums, is a big body: no run counters kept as q.)
-        check_quiet_batches(cxx, dir, {.ld_in = ld, .ld_out = ld, .unroll = 8}, pr64, ds, fj::DType::F64, {"cov64", "fused corr20"});
+        check_quiet_batches(cxx, dir, {.ld_in = ld, .ld_out = ld, .unroll = 8}, column_programs(fj::DType::F64), ds,
+                            fj::DType::F64, {"cov64", "fused corr20"});
     }
 }
 
