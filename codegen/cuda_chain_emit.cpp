@@ -275,12 +275,7 @@ void Emitter::chain_rows(int ind, const QuietRows* quiet) {
     std::set<int> still;  // counters in their quiet states
     if (quiet)
         for (const QuietCounter& c : quiet->counters) still.insert(c.state);
-    // An instruction of the rows: its known value in quiet rows, else its computation.
-    auto row_inst = [&](int at, int i, std::size_t x) {
-        const auto it = quiet ? quiet->known.find(static_cast<std::int32_t>(x)) : std::map<std::int32_t, bool>::const_iterator{};
-        if (quiet && it != quiet->known.end() && !P.predef[x]) line(at, "const bool v{} = {};", x, it->second ? "true" : "false");
-        else inst(at, i, x);
-    };
+    quiet_rows_ = quiet;  // (inst() gives what is known its value)
     line(ind, "{{  // C: the batch's rows and results{}", quiet ? " (quiet)" : "");
     int in = ind + 1;
     for (const ScanSum& s : P.sums) {
@@ -308,7 +303,7 @@ void Emitter::chain_rows(int ind, const QuietRows* quiet) {
     for (int i = 0; i < H.group; ++i) {
         chain_row_begin(in, both, i, guarded_);
         for (std::size_t x = 0; x < n; ++x)
-            if (P.in_a[x]) row_inst(in + 1, i, x);
+            if (P.in_a[x]) inst(in + 1, i, x);
         for (const ScanCounter& c : P.counters) {
             if (P.tested_counters.count(c.state)) continue;
             line(in + 1, "if (v{}) fj_m{} = u_seg + {};", c.cond, c.state, i);
@@ -318,16 +313,17 @@ void Emitter::chain_rows(int ind, const QuietRows* quiet) {
             for (const auto& [state, at_least] : bounds)
                 if (state == c.state) line(in + 1, "if (v{}) fj_v{}_{} = {};", c.cond, state, at_least, i + at_least);
         for (const ScanCountTest& t : P.count_tests)
-            if (still.count(t.state)) row_inst(in + 1, i, static_cast<std::size_t>(t.compare));
+            if (still.count(t.state)) inst(in + 1, i, static_cast<std::size_t>(t.compare));
             else line(in + 1, "const bool v{} = {} {} fj_v{}_{};", t.compare, i, t.negate ? "<" : ">=", t.state, t.at_least);
         for (std::size_t x = 0; x < n; ++x)
-            if (P.in_c[x] && !P.in_a[x] && !tested[x]) row_inst(in + 1, i, x);
+            if (P.in_c[x] && !P.in_a[x] && !tested[x]) inst(in + 1, i, x);
         line(in, "}}");
     }
     for (const auto& [state, at_least] : bounds) line(in, "fj_v{}_{} -= {};", state, at_least, H.group);
     --in;
     line(in, "}}");
     line(ind, "}}");
+    quiet_rows_ = nullptr;
 }
 
 std::string Emitter::run_chain() {
