@@ -275,7 +275,7 @@ public:
         const std::string stem = dir + "/emulated_" + std::string(fj::dtype_name(dtype)) + (ld_in > 0 ? "_fixed" : "") +
                                  (echo ? "_echo" : "") + (one_loop ? "_oneloop" : "") + "_u" + std::to_string(unroll) +
                                  (window_scan ? "_scan" + std::to_string(ld_in) : "") + (chain ? "_chain" : "") +
-                                 (chain && !quiet ? "_noquiet" : "");
+                                 (!quiet ? "_noquiet" : "");
         std::ofstream(stem + ".cpp") << src;
         const std::string cmd = cxx + " -std=c++20 -O1 -shared -fPIC -pthread -w -o " + stem + ".so " + stem + ".cpp > " +
                                 stem + ".log 2>&1";
@@ -722,9 +722,12 @@ TEST_CASE("chained window-scan kernels, run on the host, match the reference") {
 
 // Runs programs `pr` on emulated kernels of `kind` with quiet batches and without (CudaEmitOptions::
 // quiet_batches): each output against the reference, both kinds of batch run in each program but those of
-// `no_quiet` (none there), and the results of the two the same bit for bit.
-void check_quiet_batches(const std::string& cxx, const std::string& dir, EmuKind kind, const Programs& pr,
-                         const fj::test::Dataset& ds, fj::DType dtype, const std::set<std::string>& no_quiet) {
+// `no_quiet` (none there), and the results of the two the same bit for bit. The libraries go to a folder of
+// their own, `sub` (their file names are those of other tests' kinds: see Emulated).
+void check_quiet_batches(const std::string& cxx, const std::string& dir, const std::string& sub, EmuKind kind,
+                         const Programs& pr, const fj::test::Dataset& ds, fj::DType dtype,
+                         const std::set<std::string>& no_quiet) {
+    std::filesystem::create_directories(dir + "/" + sub);
     std::vector<const fj::ir::Kernel*> kernels;
     for (const auto& plan : pr.plans) {
         REQUIRE(plan.regions.size() == 1);
@@ -736,7 +739,7 @@ void check_quiet_batches(const std::string& cxx, const std::string& dir, EmuKind
     for (bool quiet : {true, false}) {
         CAPTURE(quiet);
         kind.quiet = quiet;
-        Emulated emu(kernels, dtype, dir, cxx, kind);
+        Emulated emu(kernels, dtype, dir + "/" + sub, cxx, kind);
         REQUIRE_MESSAGE(emu.error().empty(), emu.error());
         for (std::int64_t tile : {0, 300}) {
             CAPTURE(tile);
@@ -814,8 +817,8 @@ TEST_CASE("quiet batches and the others, in one panel, match the reference and e
         o.quiet_batches = false;
         CHECK(fj::codegen::emit_cuda(pr.plans[1].regions[0].kernel, o).find("fj_quiet") == std::string::npos);
         // (cov with minimum periods forms its count of valid rows, n: no quiet state.)
-        check_quiet_batches(cxx, dir, {.ld_in = ld, .ld_out = ld, .window_scan = true, .chain = true}, pr, ds, fj::DType::F32,
-                            {"cov64"});
+        check_quiet_batches(cxx, dir, "quiet_chain", {.ld_in = ld, .ld_out = ld, .window_scan = true, .chain = true}, pr, ds,
+                            fj::DType::F32, {"cov64"});
     }
     // Column scans' batched loops: float32 with echo rings (the headline kernel's shape), float64 with
     // register loads (a window too long for echo rings).
@@ -828,13 +831,13 @@ TEST_CASE("quiet batches and the others, in one panel, match the reference and e
     };
     {
         INFO("column scans, float32, echo rings");
-        check_quiet_batches(cxx, dir, {.ld_in = ld, .ld_out = ld, .echo = true}, column_programs(fj::DType::F32), ds,
+        check_quiet_batches(cxx, dir, "quiet_column", {.ld_in = ld, .ld_out = ld, .echo = true}, column_programs(fj::DType::F32), ds,
                             fj::DType::F32, {"cov64"});
     }
     {
         INFO("column scans, float64, register loads");
         // (The fused float64 kernel, with its double-double sums, is a big body: no run counters kept as q.)
-        check_quiet_batches(cxx, dir, {.ld_in = ld, .ld_out = ld, .unroll = 8}, column_programs(fj::DType::F64), ds,
+        check_quiet_batches(cxx, dir, "quiet_column", {.ld_in = ld, .ld_out = ld, .unroll = 8}, column_programs(fj::DType::F64), ds,
                             fj::DType::F64, {"cov64", "fused corr20"});
     }
 }
