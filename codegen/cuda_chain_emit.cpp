@@ -272,9 +272,7 @@ void Emitter::chain_rows(int ind, const QuietRows* quiet) {
     const ScanPlan& P = scan_;
     const ChainPlan& H = chain_;
     const std::size_t n = k_.body.size();
-    std::set<int> still;  // counters in their quiet states
-    if (quiet)
-        for (const QuietCounter& c : quiet->counters) still.insert(c.state);
+    auto still = [&](int state) { return quiet && quiet->has(state); };  // counters in their quiet states
     quiet_rows_ = quiet;  // (inst() gives what is known its value)
     line(ind, "{{  // C: the batch's rows and results{}", quiet ? " (quiet)" : "");
     int in = ind + 1;
@@ -290,7 +288,7 @@ void Emitter::chain_rows(int ind, const QuietRows* quiet) {
         if (!P.tested_counters.count(c.state)) line(in, "int fj_m{} = {};  // latest reset in the batch", c.state, kNone);
     std::set<std::pair<int, int>> bounds;  // (counter, at_least)
     for (const ScanCountTest& t : P.count_tests)
-        if (!still.count(t.state)) bounds.insert({t.state, t.at_least});
+        if (!still(t.state)) bounds.insert({t.state, t.at_least});
     for (const auto& [state, at_least] : bounds)
         line(in, "int fj_v{}_{} = fj_e{} + {} - u_batch;  // the count reaches {} from this row of the group on", state, at_least,
              state, at_least, at_least);
@@ -313,7 +311,7 @@ void Emitter::chain_rows(int ind, const QuietRows* quiet) {
             for (const auto& [state, at_least] : bounds)
                 if (state == c.state) line(in + 1, "if (v{}) fj_v{}_{} = {};", c.cond, state, at_least, i + at_least);
         for (const ScanCountTest& t : P.count_tests)
-            if (still.count(t.state)) inst(in + 1, i, static_cast<std::size_t>(t.compare));
+            if (still(t.state)) inst(in + 1, i, static_cast<std::size_t>(t.compare));
             else line(in + 1, "const bool v{} = {} {} fj_v{}_{};", t.compare, i, t.negate ? "<" : ">=", t.state, t.at_least);
         for (std::size_t x = 0; x < n; ++x)
             if (P.in_c[x] && !P.in_a[x] && !tested[x]) inst(in + 1, i, x);

@@ -176,7 +176,6 @@ private:
     const QuietRows* quiet_rows_ = nullptr;
     void quiet_plan();
     void quiet_check(int ind);
-    bool quiet_counter(int state) const;
 
     // ---- The window-scan kernel (cuda_scan_emit.cpp; see emit_cuda_window_scan()) ----
 public:
@@ -1569,7 +1568,7 @@ private:
         if (counter_part_[i]) return;
         std::string e;
         if (const std::int32_t st = counter_state_[i]; st >= 0) {
-            if (!(quiet_rows_ && quiet_counter(st))) line(ind, "s{} = v{} ? {} : s{};  // run counter, q", st, x.a, -(u + 1), st);
+            if (!(quiet_rows_ && quiet_rows_->has(st))) line(ind, "s{} = v{} ? {} : s{};  // run counter, q", st, x.a, -(u + 1), st);
             e = fmt::format("s{} + {}", st, u + 1);
         }
         if (e.empty()) switch (x.op) {

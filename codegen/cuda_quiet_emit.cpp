@@ -12,10 +12,6 @@
 
 namespace fj::codegen::detail {
 
-bool Emitter::quiet_counter(int state) const {
-    return std::any_of(quiet_.counters.begin(), quiet_.counters.end(), [&](const QuietCounter& c) { return c.state == state; });
-}
-
 // The counters kept as q (run_counters()) whose count only meets constants in comparisons, their quiet
 // states, and what the check evaluates: their conditions on a batch row, from the row's loads and from
 // states that hold an input's value of the row before (the check of row u reads that input at row u - 1

@@ -55,6 +55,10 @@ void gate_wants(const ir::Kernel& k, std::map<std::int32_t, bool>* want, std::se
 
 }  // namespace
 
+bool QuietRows::has(int state) const {
+    return std::any_of(counters.begin(), counters.end(), [&](const QuietCounter& c) { return c.state == state; });
+}
+
 QuietRows plan_quiet_rows(const ir::Kernel& kernel, const std::vector<RunCounter>& counters,
                           const std::vector<CountTest>& tests, int window, const std::set<std::int32_t>& row_constants) {
     std::map<std::int32_t, bool> want;

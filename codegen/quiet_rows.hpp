@@ -52,6 +52,8 @@ struct QuietRows {
     // counters' tests, their conditions and what those imply (operands of Not, And, Or), and instructions
     // that are one of those read `window` rows back (window_terms.hpp's ShiftedValues).
     std::map<std::int32_t, bool> known;
+    // Whether counter `state` has a quiet state here.
+    bool has(int state) const;
 };
 
 // The quiet state of the counters whose tests decide the kernel's NaN gates (Output of Select(c, x, NaN) or
