@@ -42,7 +42,8 @@ void Emitter::quiet_plan() {
             if (y.op == Prim::StoreState && y.slot == static_cast<std::int32_t>(st)) continue;
             long long c = 0;
             const bool left = y.a == sel;  // count OP c, else c OP count
-            if ((y.a == sel) == (y.b == sel) || y.c >= 0 || !constant(left ? y.b : y.a, &c)) {
+            const std::int32_t other = left ? y.b : y.a;
+            if ((y.a == sel) == (y.b == sel) || y.c >= 0 || other < 0 || !constant(other, &c)) {
                 only_tests = false;
                 break;
             }
