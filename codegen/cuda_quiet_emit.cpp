@@ -23,12 +23,6 @@ void Emitter::quiet_plan() {
     if (!o_.quiet_batches || o_.strides.empty() || big_body_ || stages_ > 0 || U_ < 2) return;
     const std::size_t n = k_.body.size();
     const std::vector<bool>& live = echo_.empty() ? live_ : echo_live_;  // (the batched loops' rows)
-    auto constant = [&](std::int32_t o, long long* c) {
-        const Inst& x = k_.body[static_cast<std::size_t>(o)];
-        if (x.op != Prim::Const || std::floor(x.imm) != x.imm || std::fabs(x.imm) > 1e9) return false;
-        *c = static_cast<long long>(x.imm);
-        return true;
-    };
     std::vector<RunCounter> counters;
     std::vector<CountTest> tests;
     for (std::size_t st = 0; st < counter_select_.size(); ++st) {
@@ -40,24 +34,9 @@ void Emitter::quiet_plan() {
             const Inst& y = k_.body[i];
             if (!live[i] || (y.a != sel && y.b != sel && y.c != sel)) continue;
             if (y.op == Prim::StoreState && y.slot == static_cast<std::int32_t>(st)) continue;
-            long long c = 0;
-            const bool left = y.a == sel;  // count OP c, else c OP count
-            const std::int32_t other = left ? y.b : y.a;
-            if ((y.a == sel) == (y.b == sel) || y.c >= 0 || other < 0 || !constant(other, &c)) {
-                only_tests = false;
-                break;
-            }
-            // (count >= at_least) != negate
-            Prim op = y.op;
-            if (!left)
-                op = op == Prim::CmpLT ? Prim::CmpGT : op == Prim::CmpGT ? Prim::CmpLT : op == Prim::CmpLE ? Prim::CmpGE
-                   : op == Prim::CmpGE ? Prim::CmpLE : op;
-            const auto t = static_cast<std::int32_t>(i);
-            if (op == Prim::CmpGE) mine.push_back({t, static_cast<int>(st), static_cast<int>(c), false});
-            else if (op == Prim::CmpGT) mine.push_back({t, static_cast<int>(st), static_cast<int>(c + 1), false});
-            else if (op == Prim::CmpLT) mine.push_back({t, static_cast<int>(st), static_cast<int>(c), true});
-            else if (op == Prim::CmpLE) mine.push_back({t, static_cast<int>(st), static_cast<int>(c + 1), true});
-            else only_tests = false;
+            CountTest t;
+            only_tests = as_count_test(k_, static_cast<std::int32_t>(i), sel, static_cast<int>(st), &t);
+            if (only_tests) mine.push_back(t);
         }
         if (!only_tests || mine.empty()) continue;
         counters.push_back({static_cast<int>(st), sel, k_.body[static_cast<std::size_t>(sel)].a});

@@ -287,20 +287,10 @@ void Emitter::scan_count_tests() {
         for (std::size_t x = 0; x < k_.body.size() && only_tests; ++x) {
             const Inst& y = k_.body[x];
             if (!P.in_c[x] || (y.a != c.select && y.b != c.select && y.c != c.select)) continue;
-            const bool left = y.a == c.select;
-            const std::int32_t other = left ? y.b : y.a;
-            only_tests = (y.op == Prim::CmpGE || y.op == Prim::CmpGT || y.op == Prim::CmpLT || y.op == Prim::CmpLE) &&
-                         (y.a == c.select) != (y.b == c.select) && k_.body[other].op == Prim::Const &&
-                         std::floor(k_.body[other].imm) == k_.body[other].imm && std::fabs(k_.body[other].imm) < 1e9;
+            CountTest t;
+            only_tests = as_count_test(k_, static_cast<std::int32_t>(x), c.select, c.state, &t) && t.at_least >= seg_rows;
             if (!only_tests) break;
-            const int C = static_cast<int>(k_.body[other].imm);
-            // As `count OP C` (a constant on the left mirrors the comparison).
-            Prim op = y.op;
-            if (!left) op = op == Prim::CmpGE ? Prim::CmpLE : op == Prim::CmpGT ? Prim::CmpLT : op == Prim::CmpLE ? Prim::CmpGE : Prim::CmpGT;
-            const bool negate = op == Prim::CmpLT || op == Prim::CmpLE;  // count < C <=> !(count >= C)
-            const int at_least = op == Prim::CmpGE || op == Prim::CmpLT ? C : C + 1;
-            only_tests = at_least >= seg_rows;
-            tests.push_back({static_cast<std::int32_t>(x), c.state, at_least, negate});
+            tests.push_back({t.compare, t.state, t.at_least, t.negate});
         }
         if (!only_tests || tests.empty()) continue;
         P.tested_counters.insert(c.state);

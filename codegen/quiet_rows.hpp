@@ -33,6 +33,10 @@ struct CountTest {
     bool negate = false;
 };
 
+// Whether instruction `use` compares counter `state`'s count (instruction `count`) with an integer
+// constant, and as what test (compare = use); the constant may stand on either side.
+bool as_count_test(const ir::Kernel& kernel, std::int32_t use, std::int32_t count, int state, CountTest* test);
+
 enum class QuietState {
     NoReset,       // no reset on the batch's rows nor on the `clear_rows` rows before them
     ResetEveryRow  // a reset on every row of the batch (its count is 0 on each)
