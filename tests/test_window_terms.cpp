@@ -1,6 +1,6 @@
 // The split of window sums into entering and leaving terms (codegen/window_terms.hpp): proved on the
 // kernels lowering makes for the moments of windows, refused where the leaving half is not the entering
-// half w rows back. No GPU or NVRTC needed.
+// half w rows back; and the quiet rows built on it (codegen/quiet_rows.hpp). No GPU or NVRTC needed.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -9,6 +9,7 @@
 #include "codegen/cuda_emit.hpp"
 #include "codegen/ir_builder.hpp"
 #include "codegen/plan.hpp"
+#include "codegen/quiet_rows.hpp"
 #include "codegen/window_terms.hpp"
 #include "dsl/expr.hpp"
 
@@ -141,3 +142,105 @@ TEST_CASE("hand-built sums: what splits and what does not") {
 }
 
 }  // TEST_SUITE
+
+// Quiet rows (codegen/quiet_rows.hpp): the run counters' states in which corr's results are numbers, read
+// from its IR, and what they imply; a counter wanted both ways has none.
+namespace {
+
+// The kernel's run counters (a state stored as `c ? 0 : s + 1`) and their tests against constants.
+void counters_of(const fj::ir::Kernel& k, std::vector<fj::codegen::RunCounter>* counters,
+                 std::vector<fj::codegen::CountTest>* tests) {
+    using fj::ir::Prim;
+    for (const fj::ir::Inst& st : k.body) {
+        if (st.op != Prim::StoreState) continue;
+        const fj::ir::Inst& sel = k.body[static_cast<std::size_t>(st.a)];
+        if (sel.op != Prim::Select || k.body[static_cast<std::size_t>(sel.b)].op != Prim::Const ||
+            k.body[static_cast<std::size_t>(sel.b)].imm != 0 || k.body[static_cast<std::size_t>(sel.c)].op != Prim::Add)
+            continue;
+        counters->push_back({st.slot, st.a, sel.a});
+        for (std::size_t i = 0; i < k.body.size(); ++i) {
+            fj::codegen::CountTest t;
+            if (fj::codegen::as_count_test(k, static_cast<std::int32_t>(i), st.a, st.slot, &t)) tests->push_back(t);
+        }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("quiet rows: corr's full window, never reset, and its constant-window counters, reset on every row") {
+    using fj::codegen::QuietState;
+    const fj::Expr A = fj::input("A"), B = fj::input("B");
+    const fj::codegen::Plan plan = fj::codegen::make_plan({{"o", fj::corr(fj::window(A, 250), fj::window(B, 250))}}, fj::DType::F32);
+    const fj::ir::Kernel& k = plan.regions[0].kernel;
+    std::vector<fj::codegen::RunCounter> counters;
+    std::vector<fj::codegen::CountTest> tests;
+    counters_of(k, &counters, &tests);
+    REQUIRE(counters.size() == 3);
+    REQUIRE(tests.size() == 3);
+    const fj::codegen::QuietRows q = fj::codegen::plan_quiet_rows(k, counters, tests, 250, {});
+    REQUIRE(q.ok);
+    REQUIRE(q.counters.size() == 3);
+    int never = 0, every = 0;
+    for (const auto& c : q.counters) {
+        const std::string what = k.states[static_cast<std::size_t>(c.state)].what;
+        CAPTURE(what);
+        if (c.how == QuietState::NoReset) {
+            ++never;
+            CHECK(what.find("non-finite") != std::string::npos);
+            CHECK(c.clear_rows == 250);
+            CHECK_FALSE(q.known.at(c.cond));  // no non-finite row
+        } else {
+            ++every;
+            CHECK(what.find("change") != std::string::npos);
+            CHECK(q.known.at(c.cond));  // a change on every row
+        }
+    }
+    CHECK(never == 1);
+    CHECK(every == 2);
+    // The tests: the window is full, no input is constant over it.
+    for (const auto& t : tests) {
+        const bool full = k.states[static_cast<std::size_t>(t.state)].what.find("non-finite") != std::string::npos;
+        CHECK(q.known.at(t.compare) == full);
+    }
+    // The leaving row's finiteness (masked by RowInPass(t - 250)) is known through the split's proof.
+    int leaving = 0;
+    for (std::size_t i = 0; i < k.body.size(); ++i) {
+        const fj::ir::Inst& x = k.body[i];
+        if (x.op != fj::ir::Prim::And) continue;
+        for (std::int32_t o : {x.a, x.b})
+            if (k.body[static_cast<std::size_t>(o)].op == fj::ir::Prim::RowInPass && k.body[static_cast<std::size_t>(o)].lag == 250 &&
+                q.known.count(static_cast<std::int32_t>(i))) {
+                ++leaving;
+                CHECK(q.known.at(static_cast<std::int32_t>(i)));
+            }
+    }
+    CHECK(leaving >= 1);
+    // Without the window, nothing is known of rows 250 back.
+    const fj::codegen::QuietRows near = fj::codegen::plan_quiet_rows(k, counters, tests, 0, {});
+    REQUIRE(near.ok);
+    CHECK(near.known.size() < q.known.size());
+}
+
+TEST_CASE("quiet rows: a counter whose test one output wants true and another false has no quiet state") {
+    fj::ir::Kernel k;
+    fj::codegen::IrBuilder b(k);
+    const int s = b.new_state(0, "rows since a NaN");
+    const auto x = b.input(0, 0);
+    const auto count = b.select(b.isnan(x), b.constant(0), b.add(b.load(s), b.constant(1)));
+    b.store(s, count);
+    const auto ge = b.b(fj::ir::Prim::CmpGE, count, b.constant(5));
+    b.output(0, b.select(ge, x, b.nan()));
+    std::vector<fj::codegen::RunCounter> counters;
+    std::vector<fj::codegen::CountTest> tests;
+    counters_of(k, &counters, &tests);
+    REQUIRE(counters.size() == 1);
+    REQUIRE(tests.size() == 1);
+    CHECK(tests[0].at_least == 5);
+    CHECK_FALSE(tests[0].negate);
+    const fj::codegen::QuietRows one = fj::codegen::plan_quiet_rows(k, counters, tests, 0, {});
+    REQUIRE(one.ok);
+    CHECK(one.counters[0].how == fj::codegen::QuietState::NoReset);
+    CHECK(one.counters[0].clear_rows == 4);
+    b.output(1, b.select(ge, b.nan(), x));  // wants it false
+    CHECK_FALSE(fj::codegen::plan_quiet_rows(k, counters, tests, 0, {}).ok);
+}
