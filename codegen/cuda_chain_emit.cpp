@@ -81,21 +81,13 @@ void Emitter::chain_plan() {
     // What phase A evaluates: the entering terms and the counters' conditions, and what they read.
     std::vector<bool>& in_e = H.in_entering;
     in_e.assign(k_.body.size(), false);
-    std::function<void(std::int32_t)> need = [&](std::int32_t i) {
-        const auto u = static_cast<std::size_t>(i);
-        if (in_e[u]) return;
-        in_e[u] = true;
-        if (P.predef[u]) return;  // (first values: defined per row)
-        const Inst& x = k_.body[u];
-        for (std::int32_t o : {x.a, x.b, x.c})
-            if (o >= 0) need(o);
-    };
     for (const auto& terms : H.split.entering)
         for (const SumTerm& t : terms) {
-            need(t.a);
-            if (t.b >= 0) need(t.b);
+            in_e[static_cast<std::size_t>(t.a)] = true;
+            if (t.b >= 0) in_e[static_cast<std::size_t>(t.b)] = true;
         }
-    for (const ScanCounter& c : P.counters) need(c.cond);
+    for (const ScanCounter& c : P.counters) in_e[static_cast<std::size_t>(c.cond)] = true;
+    operand_closure(in_e, [&](std::size_t i) { return P.predef[i] ? Reach::Leaf : Reach::Expand; });  // (first values: defined per row)
     for (const ScanSticky& s : P.stickies) in_e[static_cast<std::size_t>(s.select)] = false;
     // Shared memory, in this order: per input its ring (the mirrored rows, then the slots), the entering
     // sums by batch, the two hand-over slots of sums and of counters, the mbarriers, the ready row.
@@ -118,9 +110,7 @@ void Emitter::chain_plan() {
             if (P.tested_counters.count(c.state)) counters.push_back({c.state, c.select, c.cond});
         std::vector<CountTest> tests;
         for (const ScanCountTest& t : P.count_tests) tests.push_back({t.compare, t.state, t.at_least, t.negate});
-        std::set<std::int32_t> constants;
-        for (const ScanSticky& s : P.stickies) constants.insert(s.select);
-        H.quiet = plan_quiet_rows(k_, counters, tests, w, constants);
+        H.quiet = plan_quiet_rows(k_, counters, tests, w, scan_row_constants());
     }
 }
 

@@ -188,6 +188,7 @@ public:
     // The window sums of a kernel that can run as a window scan (planned), split into entering and leaving
     // terms (window_terms.hpp); why_not says why the kernel cannot run as a window scan at all.
     WindowSplit scan_window_split();
+    std::set<std::int32_t> scan_row_constants() const;
     // The chained window scan's translation unit (throws BackendError when the kernel cannot be one) and
     // launch needs (as scan_layout()).
     std::string run_chain();
@@ -538,6 +539,22 @@ private:
         return loads;
     }
 
+    // The instructions `need` holds and their operands, transitively, marked in `need` (operands come before
+    // their users: one walk from the last). `reach` judges each instruction the walk arrives at: Expand (take
+    // its operands too), Leaf (not), or Fail (the walk stops and returns false).
+    enum class Reach { Expand, Leaf, Fail };
+    bool operand_closure(std::vector<bool>& need, const std::function<Reach(std::size_t)>& reach) const {
+        for (std::size_t i = need.size(); i-- > 0;) {
+            if (!need[i]) continue;
+            const Reach r = reach(i);
+            if (r == Reach::Fail) return false;
+            if (r == Reach::Leaf) continue;
+            for (std::int32_t o : {k_.body[i].a, k_.body[i].b, k_.body[i].c})
+                if (o >= 0) need[static_cast<std::size_t>(o)] = true;
+        }
+        return true;
+    }
+
     // One-loop generic kernels: whether every live sticky state (a window's shift) is set by a value and a
     // condition that read only the row's own inputs (no state, no lagged row): then a scan before the loop
     // finds the pass's first row that sets each, and the loop needs no per-row test, select and store of
@@ -557,17 +574,15 @@ private:
             need[static_cast<std::size_t>(valid)] = need[static_cast<std::size_t>(sel.b)] = true;
         }
         if (presets.empty()) return;
-        for (std::size_t i = n; i-- > 0;) {
-            if (!need[i]) continue;
+        const bool pure = operand_closure(need, [&](std::size_t i) {
             const Inst& x = k_.body[i];
-            const bool pure = x.op != Prim::LoadState && x.op != Prim::StoreState && x.op != Prim::RowIndex &&
-                              x.op != Prim::RowInPass && x.op != Prim::RingRead && x.op != Prim::RingPush &&
-                              x.op != Prim::Output && !(x.op == Prim::Input && x.lag != 0) && counter_state_[i] < 0 &&
-                              sticky_of_[i] < 0;
-            if (!pure) return;
-            for (std::int32_t o : {x.a, x.b, x.c})
-                if (o >= 0) need[static_cast<std::size_t>(o)] = true;
-        }
+            const bool ok = x.op != Prim::LoadState && x.op != Prim::StoreState && x.op != Prim::RowIndex &&
+                            x.op != Prim::RowInPass && x.op != Prim::RingRead && x.op != Prim::RingPush &&
+                            x.op != Prim::Output && !(x.op == Prim::Input && x.lag != 0) && counter_state_[i] < 0 &&
+                            sticky_of_[i] < 0;
+            return ok ? Reach::Expand : Reach::Fail;
+        });
+        if (!pure) return;
         preset_ = true;
         preset_live_ = std::move(need);
         presets_ = std::move(presets);

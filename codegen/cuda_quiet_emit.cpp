@@ -48,27 +48,26 @@ void Emitter::quiet_plan() {
     // The conditions' closure.
     std::vector<bool> need(n, false);
     for (const QuietCounter& c : q.counters) need[static_cast<std::size_t>(c.cond)] = true;
-    for (std::size_t i = n; i-- > 0;) {
-        if (!need[i]) continue;
+    std::map<int, std::pair<int, int>> prev;
+    const bool readable = operand_closure(need, [&](std::size_t i) {
         const Inst& x = k_.body[i];
         bool echoed = false;
         for (const EchoRing& e : echo_) echoed |= static_cast<std::size_t>(e.later) == i;
         if (!live[i] || echoed || counter_state_[i] >= 0 || counter_part_[i] || sticky_of_[i] >= 0 ||
             x.op == Prim::RingRead || x.op == Prim::StoreState || x.op == Prim::RingPush || x.op == Prim::Output)
-            return;
-        if (x.op == Prim::LoadState) {
-            std::int32_t store = -1;  // its state's one store, of an input
-            for (std::size_t j = 0; j < n; ++j)
-                if (live_[j] && k_.body[j].op == Prim::StoreState && k_.body[j].slot == x.slot) store = store < 0 ? static_cast<std::int32_t>(j) : -2;
-            if (store < 0 || int_state_[x.slot] || sticky_state_[x.slot]) return;
-            const Inst& v = k_.body[static_cast<std::size_t>(k_.body[static_cast<std::size_t>(store)].a)];
-            if (v.op != Prim::Input) return;
-            quiet_prev_[x.slot] = {v.slot, v.lag};
-            continue;
-        }
-        for (std::int32_t o : {x.a, x.b, x.c})
-            if (o >= 0) need[static_cast<std::size_t>(o)] = true;
-    }
+            return Reach::Fail;
+        if (x.op != Prim::LoadState) return Reach::Expand;
+        std::int32_t store = -1;  // its state's one store, of an input
+        for (std::size_t j = 0; j < n; ++j)
+            if (live_[j] && k_.body[j].op == Prim::StoreState && k_.body[j].slot == x.slot) store = store < 0 ? static_cast<std::int32_t>(j) : -2;
+        if (store < 0 || int_state_[x.slot] || sticky_state_[x.slot]) return Reach::Fail;
+        const Inst& v = k_.body[static_cast<std::size_t>(k_.body[static_cast<std::size_t>(store)].a)];
+        if (v.op != Prim::Input) return Reach::Fail;
+        prev[x.slot] = {v.slot, v.lag};
+        return Reach::Leaf;
+    });
+    if (!readable) return;
+    quiet_prev_ = std::move(prev);
     quiet_check_ = std::move(need);
     quiet_ = std::move(q);
 }

@@ -267,9 +267,15 @@ WindowSplit Emitter::scan_window_split() {
     if (!scan_.ok) return WindowSplit{false, scan_.why_not, 0, {}};
     std::vector<WindowSum> sums;
     for (const ScanSum& s : scan_.sums) sums.push_back({s.state, s.root});
+    return split_window_sums(k_, sums, scan_row_constants());
+}
+
+// Values that hold one value per column over the rows a window compares (its first values: the sticky
+// states' setting selects), for window_terms.hpp's proofs.
+std::set<std::int32_t> Emitter::scan_row_constants() const {
     std::set<std::int32_t> constants;
     for (const ScanSticky& s : scan_.stickies) constants.insert(s.select);
-    return split_window_sums(k_, sums, constants);
+    return constants;
 }
 
 // A run counter's count on row u_seg + i is u_seg + i - max(e, m_i) (e: the latest reset before the

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 
 #include "codegen/window_terms.hpp"
 
@@ -19,29 +18,28 @@ bool is_nan_const(const ir::Kernel& k, std::int32_t i) {
 }
 
 // Records that instruction i is v on a row, and what that implies through Not, a true And and a false Or.
-// False where it contradicts what is already known.
-bool imply(const ir::Kernel& k, std::int32_t i, bool v, std::map<std::int32_t, bool>* known) {
-    if (auto it = known->find(i); it != known->end()) return it->second == v;
+// False where that contradicts what is already recorded; `torn`, when given, collects the instructions
+// recorded both ways (the walk goes on through both operands then).
+bool imply(const ir::Kernel& k, std::int32_t i, bool v, std::map<std::int32_t, bool>* known,
+           std::set<std::int32_t>* torn = nullptr) {
+    if (auto it = known->find(i); it != known->end()) {
+        if (it->second != v && torn) torn->insert(i);
+        return it->second == v;
+    }
     (*known)[i] = v;
     const Inst& x = k.body[static_cast<std::size_t>(i)];
-    if (x.op == Prim::Not) return imply(k, x.a, !v, known);
-    if ((x.op == Prim::And && v) || (x.op == Prim::Or && !v)) return imply(k, x.a, v, known) && imply(k, x.b, v, known);
+    if (x.op == Prim::Not) return imply(k, x.a, !v, known, torn);
+    if ((x.op == Prim::And && v) || (x.op == Prim::Or && !v)) {
+        const bool a = imply(k, x.a, v, known, torn), b = imply(k, x.b, v, known, torn);
+        return a && b;
+    }
     return true;
 }
 
 // The values the outputs' NaN gates want of their conditions, and what those want of their operands
-// (through Not, And, Or); `torn`: wanted both ways.
+// (imply()); `torn`: wanted both ways.
 void gate_wants(const ir::Kernel& k, std::map<std::int32_t, bool>* want, std::set<std::int32_t>* torn) {
-    std::function<void(std::int32_t, bool)> wish = [&](std::int32_t i, bool v) {
-        if (auto it = want->find(i); it != want->end()) {
-            if (it->second != v) torn->insert(i);
-            return;
-        }
-        (*want)[i] = v;
-        const Inst& x = k.body[static_cast<std::size_t>(i)];
-        if (x.op == Prim::Not) wish(x.a, !v);
-        else if ((x.op == Prim::And && v) || (x.op == Prim::Or && !v)) wish(x.a, v), wish(x.b, v);
-    };
+    auto wish = [&](std::int32_t i, bool v) { imply(k, i, v, want, torn); };
     for (const Inst& o : k.body) {
         if (o.op != Prim::Output) continue;
         for (std::int32_t i = o.a; i >= 0 && k.body[static_cast<std::size_t>(i)].op == Prim::Select;) {
