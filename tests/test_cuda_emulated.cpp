@@ -735,6 +735,12 @@ void check_quiet_batches(const std::string& cxx, const std::string& dir, const s
     }
     const fj::test::Inputs data = fj::test::as_dtype(ds.inputs, dtype);
     const long long ld = kind.ld_in;
+    std::vector<std::vector<fj::Expr>> roots(pr.plans.size());  // per program: its outputs and their references
+    std::vector<std::vector<std::vector<double>>> refs;
+    for (std::size_t q = 0; q < pr.plans.size(); ++q) {
+        for (const auto& [name, e] : pr.outputs[q]) roots[q].push_back(e);
+        refs.push_back(fj::test::reference(roots[q], data, ds.rows, ds.cols));
+    }
     std::map<std::pair<std::size_t, std::int64_t>, std::vector<std::vector<char>>> got[2];  // by quiet, (program, tile)
     for (bool quiet : {true, false}) {
         CAPTURE(quiet);
@@ -746,10 +752,7 @@ void check_quiet_batches(const std::string& cxx, const std::string& dir, const s
             for (std::size_t q = 0; q < pr.plans.size(); ++q) {
                 CAPTURE(q);
                 const fj::codegen::Plan& plan = pr.plans[q];
-                std::vector<fj::Expr> roots;
-                for (const auto& [name, e] : pr.outputs[q]) roots.push_back(e);
-                const auto refs = fj::test::reference(roots, data, ds.rows, ds.cols);
-                check_outputs(plan, roots, refs, data, ds.rows, ds.cols, dtype, ld, ld, [&](const auto& ip, const auto& op) {
+                check_outputs(plan, roots[q], refs[q], data, ds.rows, ds.cols, dtype, ld, ld, [&](const auto& ip, const auto& op) {
                     emu.run(q, plan.regions[0].kernel, ip, op, tile);
                     auto& outs = got[quiet][{q, tile}];
                     for (const auto& n : plan.outputs) {
