@@ -521,13 +521,9 @@ private:
     // except the operands of `given` ones (values that come from elsewhere; empty: none).
     std::vector<bool> live_from_effects(const std::vector<bool>& given) const {
         std::vector<bool> live(k_.body.size(), false);
-        for (std::size_t i = k_.body.size(); i-- > 0;) {
-            const Inst& in = k_.body[i];
-            if (in.op == Prim::StoreState || in.op == Prim::RingPush || in.op == Prim::Output) live[i] = true;
-            if (!live[i] || (!given.empty() && given[i])) continue;
-            for (std::int32_t o : {in.a, in.b, in.c})
-                if (o >= 0) live[static_cast<std::size_t>(o)] = true;
-        }
+        for (std::size_t i = 0; i < k_.body.size(); ++i)
+            live[i] = k_.body[i].op == Prim::StoreState || k_.body[i].op == Prim::RingPush || k_.body[i].op == Prim::Output;
+        operand_closure(live, [&](std::size_t i) { return !given.empty() && given[i] ? Reach::Leaf : Reach::Expand; });
         return live;
     }
 
