@@ -47,8 +47,8 @@
 #include "codegen/plan.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/cuda/cuda_api.hpp"
-#include "runtime/cuda/cuda_backend.hpp"
-#include "runtime/cuda/nvrtc_compile.hpp"
+#include "runtime/cuda/backend.hpp"
+#include "runtime/cuda/compile.hpp"
 
 namespace {
 

@@ -3,7 +3,9 @@
 # the library's default settings, through `factorjit compile` (NVRTC, no GPU needed). A change that must
 # not move the generated code (a refactoring) shows it by an unchanged list:
 #   bench/source_digest.sh build > before.txt; ...; bench/source_digest.sh build | diff before.txt -
-# The sources themselves are kept in $SRC_DIR (default /tmp/fj_source_digest) for a diff of the text.
+# Each line: the case, the digest of the source, the digest of its cubin (sm_90). A change that touches only
+# the sources' comments (a renamed file they cite) keeps the cubins' digests.
+# The sources and cubins are kept in $SRC_DIR (default /tmp/fj_source_digest) for a diff of the text.
 set -euo pipefail
 BUILD=${1:-build}
 CLI=$BUILD/factorjit
@@ -41,6 +43,6 @@ for c in "${cases[@]}"; do
   IFS=';' read -ra es <<<"$exprs"
   for e in "${es[@]}"; do args+=(-e "$e"); done
   [ "$ld" != 0 ] && args+=(--ld "$ld")
-  "$CLI" compile "${args[@]}" --dtype "$dtype" --arch sm_90 -o "$SRC_DIR/$name.cu" >/dev/null
-  echo "$name $(sha256sum "$SRC_DIR/$name.cu" | cut -c1-16)"
+  "$CLI" compile "${args[@]}" --dtype "$dtype" --arch sm_90 -o "$SRC_DIR/$name.cu" --cubin "$SRC_DIR/$name.cubin" >/dev/null
+  echo "$name $(sha256sum "$SRC_DIR/$name.cu" | cut -c1-16) $(cat "$SRC_DIR/$name".cubin* | sha256sum | cut -c1-16)"
 done

@@ -19,8 +19,8 @@
 
 #ifdef FJ_WITH_CUDA
 #include "runtime/cuda/cuda_api.hpp"
-#include "runtime/cuda/cuda_backend.hpp"
-#include "runtime/cuda/nvrtc_compile.hpp"
+#include "runtime/cuda/backend.hpp"
+#include "runtime/cuda/compile.hpp"
 #endif
 
 namespace {

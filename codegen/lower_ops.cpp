@@ -272,7 +272,7 @@ V constancy(IrBuilder& ir, V x, V valid, V t, int d, const std::string& what) {
 
 // Rows since `reset` last held (or since the pass's start; 0 on a reset row): a small integer state of the
 // one shape `reset ? 0 : s + 1`, which backends keep in an integer register and the CUDA emitter as a run
-// counter (codegen/cuda_emit.cpp, run_counters()).
+// counter (codegen/cuda/emit.cpp, run_counters()).
 V rows_since(IrBuilder& ir, V reset, const std::string& what) {
     int since = ir.new_state(0, "rows since " + what);
     V s = ir.select(reset, ir.constant(0), ir.add(ir.load(since), ir.constant(1)));

@@ -13,7 +13,7 @@
 
 #include "codegen/kernel_ir.hpp"
 #include "dsl/expr.hpp"
-#include "runtime/panel.hpp"
+#include "dsl/dtype.hpp"
 
 namespace fj::codegen {
 

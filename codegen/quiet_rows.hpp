@@ -7,7 +7,7 @@
 // length, and inputs that change from one row to the next. A kernel that knows a whole batch of rows is in
 // that state (from the counters' resets, which it gathers anyway) can run those rows with the counters'
 // tests, the finiteness tests behind them and the masks those decide as constants, and skip the counters'
-// updates: the chained window scan does (cuda_chain_emit.cpp). The state is derived from the IR, not assumed
+// updates: the chained window scan does (chained_scan.cpp). The state is derived from the IR, not assumed
 // of the operators that lowered it: from the outputs' NaN gates back to the counters' tests.
 #pragma once
 #include <cstdint>

@@ -44,7 +44,7 @@ struct WindowSplit {
 // them), matched one to one. `row_constants` are instructions that hold one value per column over the
 // rows they are compared across (first values, such as the shift of shifted sums); they match only
 // themselves. A caller relying on the split also needs those values to be the same on row t - w as on
-// row t wherever the terms are not 0 (cuda_scan_emit.cpp guards the batches where they are not yet set).
+// row t wherever the terms are not 0 (window_scan.cpp guards the batches where they are not yet set).
 WindowSplit split_window_sums(const ir::Kernel& kernel, const std::vector<WindowSum>& sums,
                               const std::set<std::int32_t>& row_constants);
 

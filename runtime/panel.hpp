@@ -2,15 +2,12 @@
 #pragma once
 
 #include <cstdint>
-#include <string_view>
+
+#include "dsl/dtype.hpp"
 
 namespace fj {
 
-enum class DType : std::uint8_t { F32, F64 };
 enum class Memory : std::uint8_t { Host, Cuda };  // Cuda: a device pointer in the primary context
-
-inline std::size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 8; }
-inline std::string_view dtype_name(DType t) { return t == DType::F32 ? "float32" : "float64"; }
 
 // A row-major view: element (t, j) is at data[t * ld + j], ld >= cols. Inputs are only read.
 struct Panel {

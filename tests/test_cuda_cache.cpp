@@ -15,7 +15,7 @@
 #include "codegen/plan.hpp"
 #include "dsl/error.hpp"
 #include "runtime/cuda/cuda_api.hpp"
-#include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/cuda/backend.hpp"
 #include "runtime/cuda/kernel_cache.hpp"
 
 namespace {

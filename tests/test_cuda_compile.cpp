@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/cuda_emit.hpp"
+#include "codegen/cuda/emit.hpp"
 #include "codegen/ir_builder.hpp"
 #include "codegen/plan.hpp"
 #include "cuda_cases.hpp"
@@ -21,9 +21,9 @@
 #ifdef FJ_WITH_CUDA
 #include "runtime/backend.hpp"
 #include "runtime/cuda/cuda_api.hpp"
-#include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/cuda/backend.hpp"
 #include "runtime/cuda/launch_config.hpp"
-#include "runtime/cuda/nvrtc_compile.hpp"
+#include "runtime/cuda/compile.hpp"
 #endif
 
 namespace {
@@ -465,7 +465,7 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         CHECK_FALSE(cu::cuda_emit_options(long_plan.regions[0].kernel, fj::DType::F32, cu::CudaSettings{}, lds, "sm_80").window_scan);
         CHECK(cu::cuda_emit_options(long_plan.regions[0].kernel, fj::DType::F32, cu::CudaSettings{}, lds, "sm_100").window_scan);
         CHECK(scan.source.find("rings of 384 rows") != std::string::npos);
-        // FJ_CUDA_SCAN_CHAIN=1: the chained window scan where the sums split (cuda_chain_emit.cpp): one block
+        // FJ_CUDA_SCAN_CHAIN=1: the chained window scan where the sums split (chained_scan.cpp): one block
         // of 16 warps per SM, batches of 25 rows (250 = 10 x 25) in rings of 10 + 16 + 2 batches per input
         // after 4 mirrored rows, the entering sums of 27 batches, two hand-over slots, 72 mbarriers and the
         // ready row; it compiles, within 128 registers. cov's 3 sums and 1 counter the same way.

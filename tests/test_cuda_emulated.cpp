@@ -19,13 +19,13 @@
 #include <vector>
 
 #include "backend_cases.hpp"
-#include "codegen/cuda_emit.hpp"
+#include "codegen/cuda/emit.hpp"
 #include "codegen/plan.hpp"
 #include "cuda_cases.hpp"
 #include "test_data.hpp"
 
 #ifdef FJ_WITH_CUDA
-#include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/cuda/backend.hpp"
 #include "runtime/cuda/launch_config.hpp"
 
 namespace {
@@ -661,7 +661,7 @@ TEST_CASE("chained window-scan kernels, run on the host, match the reference") {
         // below).
         {"corr20", fj::corr(window(A, 20), window(B, 20))},
         // 17 batches of 17 rows: more batches in the window than warps, so that the leaving batch's sums are
-        // there without a wait of their own (see cuda_chain_emit.cpp's K).
+        // there without a wait of their own (see chained_scan.cpp's K).
         {"cov289", fj::cov(window(A, 289, 30), window(B, 289, 30))},
     };
     std::vector<std::pair<std::string, fj::Expr>> fused = {{"corr40", fj::corr(window(A, 40), window(B, 40))},

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/cuda_emit.hpp"
+#include "codegen/cuda/emit.hpp"
 #include "codegen/ir_builder.hpp"
 #include "codegen/plan.hpp"
 #include "codegen/quiet_rows.hpp"

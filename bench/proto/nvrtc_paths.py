@@ -9,7 +9,7 @@
 # the device it is the code generation that is slow (100-180 ms), which suggests that NVRTC hands it to the
 # driver there. This script times, for every source given, each compile on a new source (a unique
 # variable appended, so no cache can answer):
-#   cubin     NVRTC straight to a cubin (what the library does: codegen/cuda_emit.cpp's options)
+#   cubin     NVRTC straight to a cubin (what the library does: codegen/cuda/emit.cpp's options)
 #   ptx       NVRTC to PTX (compute_XX) only: the front end
 #   jitlink   nvJitLink (libnvJitLink, loaded at run time like NVRTC) from that PTX to a cubin, in process
 #   driver    cuModuleLoadDataEx from that PTX (the driver's JIT), where libcuda loads

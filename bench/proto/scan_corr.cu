@@ -1,5 +1,5 @@
 // Prototype (experiment, not part of the library; the library generates this design from the kernel IR
-// since 2026-12-01: codegen/cuda_scan_emit.cpp, "window-scan kernels"): a rolling-correlation kernel that keeps a column strip's
+// since 2026-12-01: codegen/cuda/window_scan.cpp, "window-scan kernels"): a rolling-correlation kernel that keeps a column strip's
 // whole window in shared memory, to test whether long windows (G4: w = 250 within 1.3 x w = 20) can run
 // near the bandwidth floor. Hand-written for corr(window(A,w), window(B,w)) on float32, full windows.
 //

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "codegen/cuda_emit.hpp"
+#include "codegen/cuda/emit.hpp"
 
 namespace fj::rt::cuda {
 
@@ -52,7 +52,7 @@ LaunchShape choose_launch(const LaunchInput& in) {
         // Even tiles: the last one as long as the others (no short straggler).
         tile = ceil_div(in.rows, ceil_div(in.rows, tile));
     }
-    // Generated kernels count within a pass in 32-bit integers (codegen/cuda_emit.hpp).
+    // Generated kernels count within a pass in 32-bit integers (codegen/cuda/emit.hpp).
     tile = std::clamp<std::int64_t>(tile, 1, std::min<std::int64_t>(in.rows, codegen::kCudaMaxTileRows));
     s.tile_rows = tile;
     s.ntiles = ceil_div(in.rows, tile);

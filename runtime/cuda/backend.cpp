@@ -1,4 +1,4 @@
-#include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/cuda/backend.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -20,7 +20,7 @@
 #include "runtime/backend.hpp"
 #include "runtime/cuda/cuda_api.hpp"
 #include "runtime/cuda/launch_config.hpp"
-#include "runtime/cuda/nvrtc_compile.hpp"
+#include "runtime/cuda/compile.hpp"
 
 namespace fj::rt {
 
@@ -560,7 +560,7 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
 }
 
 // A window scan's tensor maps, after the words at the next 128 bytes: per input, boxes of a batch and of the
-// ring's mirror rows (codegen/cuda_emit.hpp).
+// ring's mirror rows (codegen/cuda/emit.hpp).
 void CudaExecutable::append_tensor_maps(const KernelInfo& k, std::int64_t rows, std::int64_t cols, int box_rows) {
     constexpr std::size_t kMapWords = 16;
     while (words_.size() % kMapWords) words_.push_back(0);

@@ -1,6 +1,6 @@
 // The CUDA emitter's analyses and instruction emission, shared by the column-scan kernel
-// (cuda_emit.cpp) and the window-scan kernel (cuda_scan_emit.cpp). Internal to codegen/: the public
-// interface is codegen/cuda_emit.hpp.
+// (cuda_emit.cpp) and the window-scan kernel (window_scan.cpp). Internal to codegen/: the public
+// interface is codegen/cuda/emit.hpp.
 #pragma once
 
 #include <algorithm>
@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-#include "codegen/cuda_emit.hpp"
+#include "codegen/cuda/emit.hpp"
 #include "codegen/quiet_rows.hpp"
 #include "codegen/window_terms.hpp"
 #include "dsl/error.hpp"
@@ -166,7 +166,7 @@ private:
     // computed per row), or rows of the batched loops (slots known: they read the later values too).
     enum class EchoRows { None, Store, Ring };
     EchoRows echo_rows_ = EchoRows::None;
-    // Quiet batches of the batched loop (cuda_quiet_emit.cpp, CudaEmitOptions::quiet_batches): the run
+    // Quiet batches of the batched loop (quiet_check.cpp, CudaEmitOptions::quiet_batches): the run
     // counters' quiet states; what the check before a batch evaluates (the counters' conditions) and the
     // states it reads, which hold an input's previous value (state -> (input, lag)); and, while a batch's
     // quiet rows are emitted, what is known there.
@@ -177,7 +177,7 @@ private:
     void quiet_plan();
     void quiet_check(int ind);
 
-    // ---- The window-scan kernel (cuda_scan_emit.cpp; see emit_cuda_window_scan()) ----
+    // ---- The window-scan kernel (window_scan.cpp; see emit_cuda_window_scan()) ----
 public:
     // The whole translation unit of the window-scan kernel; throws BackendError when the kernel cannot
     // be one (scan_plan() says why).
@@ -229,7 +229,7 @@ private:
         int smem_bytes = 0;
     };
     ScanPlan scan_;
-    // The chained window scan (cuda_chain_emit.cpp): a warp runs whole batches of `rows` rows.
+    // The chained window scan (chained_scan.cpp): a warp runs whole batches of `rows` rows.
     struct ChainPlan {
         bool ok = false;
         std::string why_not;

@@ -8,7 +8,7 @@
 // every lane of the warp finds them in their quiet states (a warp vote: the branch stays uniform), the
 // batch runs a copy of its rows with the counters' tests and what they imply as constants and without the
 // counters' updates; the others run the rows as before. Results are the same bit for bit.
-#include "codegen/cuda_emitter.hpp"
+#include "codegen/cuda/emitter.hpp"
 
 namespace fj::codegen::detail {
 

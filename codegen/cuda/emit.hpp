@@ -63,7 +63,7 @@
 
 #include "codegen/kernel_ir.hpp"
 #include "codegen/window_terms.hpp"
-#include "runtime/panel.hpp"
+#include "dsl/dtype.hpp"
 
 namespace fj::codegen {
 
@@ -152,7 +152,7 @@ struct CudaEmitOptions {
     // rows, at most kWindowScanMirrorRows); 0 for kWindowScanWarps. More warps hide more latency with
     // fewer registers each (two blocks per SM), at more scan work per row.
     int window_scan_warps = 0;
-    // Window scans: the chained variant (cuda_chain_emit.cpp) instead, where the kernel's window sums
+    // Window scans: the chained variant (chained_scan.cpp) instead, where the kernel's window sums
     // split (cuda_window_sum_split) and a batch length of kWindowScanChainMinRows to kWindowScanBatchRows
     // rows divides the window; emit_cuda throws for kernels cuda_window_scan_smem() refuses.
     bool window_scan_chain = false;
@@ -161,11 +161,11 @@ struct CudaEmitOptions {
     // with the counters' tests and what those imply as constants, skipping the counters' updates and the
     // finiteness tests and masks of the rows (a warp vote picks the copy): chained window scans (decided from
     // what their phase A gathers) and the batched loop of column scans with register loads (a check of the
-    // counters' conditions on the batch's rows, in registers already, before it; cuda_quiet_emit.cpp).
+    // counters' conditions on the batch's rows, in registers already, before it; quiet_check.cpp).
     bool quiet_batches = true;
 };
 
-// Window-scan kernels (codegen/cuda_scan_emit.cpp) keep a block's 32 columns' whole window in shared
+// Window-scan kernels (codegen/cuda/window_scan.cpp) keep a block's 32 columns' whole window in shared
 // memory, so that a long window's leaving rows are not read from global memory again, and share each column
 // among the block's warps (by default 8, each running 4 rows of a 32-row batch; their window sums and run
 // counters are combined by a scan across warps). For kernels whose states are window sums, run counters,

@@ -1,6 +1,6 @@
-#include "codegen/cuda_emit.hpp"
+#include "codegen/cuda/emit.hpp"
 
-#include "codegen/cuda_emitter.hpp"
+#include "codegen/cuda/emitter.hpp"
 
 namespace fj::codegen {
 

@@ -34,7 +34,7 @@
 // barrier there cost 1 % (bench/RESULTS.md). Batches run without guards from the row on which every column
 // of the block has its first values (found once per pass), the window's reach and the first output row, up
 // to the pass's last whole batch; the others are guarded.
-#include "codegen/cuda_emitter.hpp"
+#include "codegen/cuda/emitter.hpp"
 
 namespace fj::codegen::detail {
 
@@ -261,7 +261,7 @@ void Emitter::scan_plan() {
 }
 
 // Whether the planned sums' leaving terms are their entering terms w rows back (first values hold one value
-// a column), for chained window scans (cuda_chain_emit.cpp); only they need it.
+// a column), for chained window scans (chained_scan.cpp); only they need it.
 WindowSplit Emitter::scan_window_split() {
     scan_plan();
     if (!scan_.ok) return WindowSplit{false, scan_.why_not, 0, {}};
@@ -608,7 +608,7 @@ std::string Emitter::run_scan() {
     const ScanPlan& P = scan_;
     scan_mode_ = true;
     header();
-    line(0, "// Window scan (cuda_scan_emit.cpp): {} columns per block, {} rows per batch in {} segments, rings of {} rows.",
+    line(0, "// Window scan (window_scan.cpp): {} columns per block, {} rows per batch in {} segments, rings of {} rows.",
          kC, kB, segs, P.ring_rows);
     // (__grid_constant__: the tensor maps are read where the parameters are, by address.)
     line(0, "extern \"C\" __global__ void __launch_bounds__({}, 2) {}(const __grid_constant__ fj_params_{} p) {{", kC * segs,

@@ -1,4 +1,4 @@
-#include "runtime/cpu/llvm_emit.hpp"
+#include "codegen/cpu/emit.hpp"
 
 #include <algorithm>
 #include <cstdlib>

@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 
 #include "runtime/backend.hpp"
-#include "runtime/cpu/llvm_emit.hpp"
-#include "runtime/cpu/llvm_jit.hpp"
+#include "codegen/cpu/emit.hpp"
+#include "runtime/cpu/compile.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace fj::rt {

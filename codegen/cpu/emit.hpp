@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "codegen/kernel_ir.hpp"
-#include "runtime/panel.hpp"
+#include "dsl/dtype.hpp"
 
 namespace llvm {
 class LLVMContext;

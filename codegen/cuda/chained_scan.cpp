@@ -1,7 +1,7 @@
 // The chained window scan: kernel IR -> CUDA C++ for long windows whose sums split (see cuda_emit.hpp,
 // CudaEmitOptions::window_scan_chain; the design of bench/proto/chain_corr.cu, measured there).
 //
-// Why: the window scan (cuda_scan_emit.cpp) runs a batch's 32 rows as 8 segments on 8 warps and combines
+// Why: the window scan (window_scan.cpp) runs a batch's 32 rows as 8 segments on 8 warps and combines
 // them with two block barriers per batch; on the H200 14 % of its warps' time went to those barriers and
 // it evaluates every row's leaving terms for the segments' sums. Here warp q of the block's W runs whole
 // batches of R rows (batch b on warp b % W), one row after the other, from the window sums through the
@@ -29,7 +29,7 @@
 // value is set). One block of W warps per SM: its rings hold the w rows of the window and W + ahead batches.
 #include <fmt/ranges.h>
 
-#include "codegen/cuda_emitter.hpp"
+#include "codegen/cuda/emitter.hpp"
 
 namespace fj::codegen::detail {
 
@@ -327,7 +327,7 @@ std::string Emitter::run_chain() {
         throw BackendError(fmt::format("CUDA emitter: kernel {}: {} fixed strides for {} panels", k_.name, o_.strides.size(), ni + no));
     scan_mode_ = true;
     header();
-    line(0, "// Chained window scan (cuda_chain_emit.cpp): {} columns per block, {} warps each running whole batches of {} rows,",
+    line(0, "// Chained window scan (chained_scan.cpp): {} columns per block, {} warps each running whole batches of {} rows,",
          kC, W, R);
     line(0, "// window {} rows, rings of {} batches.", H.split.window, NB);
     line(0, "extern \"C\" __global__ void __launch_bounds__({}, 1) {}(const __grid_constant__ fj_params_{} p) {{", kC * W, name_, name_);

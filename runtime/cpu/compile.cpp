@@ -1,4 +1,4 @@
-#include "runtime/cpu/llvm_jit.hpp"
+#include "runtime/cpu/compile.hpp"
 
 #include <chrono>
 #include <cstdlib>
@@ -19,7 +19,7 @@
 #include <llvm/TargetParser/Host.h>
 
 #include "dsl/error.hpp"
-#include "runtime/cpu/llvm_emit.hpp"
+#include "codegen/cpu/emit.hpp"
 
 namespace fj::cpu {
 

@@ -1,4 +1,4 @@
-#include "runtime/cuda/nvrtc_compile.hpp"
+#include "runtime/cuda/compile.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -27,11 +27,11 @@
 //   FJ_CUDA_CACHE_HINTS 1: those kernels give L2 eviction hints (keep rows read again), 0: not;
 //                       default: those reading rows kCacheHintMinLag or more rows back
 //   FJ_CUDA_WINDOW_SCAN 1: kernels specialised on leading dimensions are window-scan kernels wherever
-//                       they can be (codegen/cuda_emit.hpp), 0: never; default: those reading
+//                       they can be (codegen/cuda/emit.hpp), 0: never; default: those reading
 //                       kWindowScanMinInputs or more inputs kWindowScanMinLag or more rows back
 //   FJ_CUDA_SCAN_AHEAD, FJ_CUDA_SCAN_WARPS  window scans' batches copied ahead and warps per block
 //   FJ_CUDA_SCAN_CHAIN  1: window scans are chained window scans where their sums split and a batch of
-//                       16-32 rows divides the window (codegen/cuda_chain_emit.cpp), 0: never; default: where
+//                       16-32 rows divides the window (codegen/cuda/chained_scan.cpp), 0: never; default: where
 //                       they keep kChainMinSums or more window sums (corr, not cov)
 //   FJ_CUDA_ECHO        0: those kernels load a window's leaving rows again (default 1: the values their
 //                       sums remove come back from shared memory where entering rows left them, batches
@@ -51,7 +51,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/cuda_emit.hpp"
+#include "codegen/cuda/emit.hpp"
 #include "codegen/kernel_ir.hpp"
 #include "runtime/cuda/kernel_cache.hpp"
 #include "runtime/panel.hpp"
@@ -84,7 +84,7 @@ inline constexpr int kSpecializedLoopCopies = 1;
 inline constexpr int kCacheHintMinLag = 64;
 // Kernels specialised on leading dimensions that read kWindowScanMinInputs or more inputs kWindowScanMinLag
 // or more rows back are window-scan kernels where they can be (the whole window on chip:
-// codegen/cuda_emit.hpp). A window scan's time does not depend on the window; the column scan's grows
+// codegen/cuda/emit.hpp). A window scan's time does not depend on the window; the column scan's grows
 // once the windows in flight overflow L2. Measured on the H200, 50,000 x 50,000 float32 (bench/RESULTS.md,
 // ms, window / column scan): corr w=128 12.65 / 13.55, w=250 12.63 / 14.37, cov w=250 9.52 / 14.05; with
 // the tensor copies (fourth session of 2026-12-01) corr w=250 12.53-12.61 / 14.97, cov w=250 8.86 / 14.54;
@@ -92,7 +92,7 @@ inline constexpr int kCacheHintMinLag = 64;
 // 11.18 / 8.89, mean w=500 12.58 / 9.38.
 inline constexpr int kWindowScanMinLag = 128;
 inline constexpr int kWindowScanMinInputs = 2;
-// Window scans whose sums split are chained (codegen/cuda_chain_emit.cpp) by default when they keep at least
+// Window scans whose sums split are chained (codegen/cuda/chained_scan.cpp) by default when they keep at least
 // this many window sums: the chain's warps run without block barriers but sum each batch's entering terms
 // twice (once to hand the sums over, once row by row), which pays where the rows' work bounds the kernel
 // and not where the memory does. Measured on the H200, 50,000 x 50,000 float32, one visit (bench/RESULTS.md,

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "codegen/kernel_ir.hpp"
-#include "runtime/cpu/kernel_abi.hpp"
+#include "codegen/cpu/kernel_abi.hpp"
 #include "runtime/panel.hpp"
 
 namespace fj::cpu {
