@@ -106,4 +106,12 @@ struct Kernel {
     std::string dump() const;
 };
 
+// Checks that `kernel` is well formed, whatever backend runs it: every operand index points backwards
+// (SSA) at a value of the type its instruction takes, every input, output, state and ring slot is in
+// range, rings have at least one entry and are read within them, lags are not negative, and echoes name
+// instructions of the body at a positive lag. Throws fj::BackendError naming the kernel, the instruction
+// (index and primitive) and what is wrong. The planner runs it on what it makes; the CUDA emitter on what
+// it is given (a malformed kernel would otherwise become wrong code, or an index out of bounds).
+void verify(const Kernel& kernel);
+
 }  // namespace fj::ir

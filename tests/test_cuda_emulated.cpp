@@ -25,7 +25,7 @@
 #include "test_data.hpp"
 
 #ifdef FJ_WITH_CUDA
-#include "runtime/cuda/backend.hpp"
+#include "runtime/cuda/compile.hpp"
 #include "runtime/cuda/launch_config.hpp"
 
 namespace {
@@ -205,13 +205,13 @@ std::string host_compiler() {
 struct EmuKind {
     long long ld_in = 0, ld_out = 0;  // > 0: kernels specialised on these leading dimensions (CudaEmitOptions::strides)
     // Window-scan kernels (CudaEmitOptions::window_scan), run with a thread per CUDA thread, scan_ahead batches
-    // copied ahead, scan_warps warps per block (0: the defaults); chain: chained window scans.
+    // copied ahead (0: the default); chain: chained window scans.
     bool window_scan = false;
-    int scan_ahead = 0, scan_warps = 0;
+    int scan_ahead = 0;
     bool chain = false;
     int unroll = 3;         // rows per load batch (CudaEmitOptions::unroll)
     bool one_loop = false;  // generic kernels in one guarded loop (CudaEmitOptions::one_loop)
-    // Specialised kernels with register loads and echo rings (CudaEmitOptions::echo_rings) instead of staged loads.
+    // Specialised kernels with echo rings (CudaEmitOptions::echo_rings) instead of loads of the leaving rows.
     bool echo = false;
     // Chained window scans: quiet batches (CudaEmitOptions::quiet_batches).
     bool quiet = true;
@@ -222,10 +222,9 @@ public:
     Emulated(const std::vector<const fj::ir::Kernel*>& kernels, fj::DType dtype, const std::string& dir,
              const std::string& cxx, const EmuKind& kind = {})
         : window_scan_(kind.window_scan),
-          scan_warps_(kind.chain ? fj::codegen::kWindowScanChainWarps
-                      : kind.scan_warps > 0 ? kind.scan_warps : fj::codegen::kWindowScanWarps),
+          scan_warps_(kind.chain ? fj::codegen::kWindowScanChainWarps : fj::codegen::kWindowScanWarps),
           chain_(kind.chain) {
-        const auto& [ld_in, ld_out, window_scan, scan_ahead, scan_warps, chain, unroll, one_loop, echo, quiet] = kind;
+        const auto& [ld_in, ld_out, window_scan, scan_ahead, chain, unroll, one_loop, echo, quiet] = kind;
         std::string src = kShim;
         for (std::size_t i = 0; i < kernels.size(); ++i) {
             fj::ir::Kernel k = *kernels[i];
@@ -236,12 +235,9 @@ public:
             o.one_loop = one_loop;
             if (ld_in > 0) {
                 o.l2_prefetch_rows = 5;
-                // float32: loads staged in "shared memory" (kernels with too many fall back to registers);
-                // float64: register loads, two batches per loop iteration; both with batched edges.
-                o.async_stages = dtype == fj::DType::F32 && !echo ? 3 : 0;
+                // Register loads with batched edges.
                 o.echo_rings = echo;  // (batches of 3 rows become a multiple of the windows' lengths)
                 o.echo_min_lag = 1;  // (short windows' rings too)
-                o.loop_copies = 2;
                 o.batched_edges = true;  // first and last rows of a pass in (masked) batches
                 o.cache_hints = true;    // hinted loads and stores in the register-load batched loop
                 o.strides.assign(k.inputs.size(), ld_in);
@@ -249,7 +245,6 @@ public:
             }
             o.window_scan = window_scan;
             o.window_scan_ahead = scan_ahead;
-            o.window_scan_warps = scan_warps;
             o.window_scan_chain = chain;
             o.quiet_batches = quiet;
             box_rows_.push_back(window_scan ? fj::codegen::cuda_window_scan_layout(k, o).box_rows : 0);
@@ -432,7 +427,7 @@ void check_emulated(const Emulated& emu, const std::vector<std::size_t>& index, 
             for (const auto& [name, e] : pr.outputs[pi]) roots.push_back(e);
             const auto refs = fj::test::reference(roots, data, ds.rows, ds.cols);
             check_outputs(plan, roots, refs, data, ds.rows, ds.cols, dtype, ld, ld,
-                          [&](const auto& ip, const auto& op) { emu.run(q, plan.regions[0].kernel, ip, op, tile); });
+                          [&](const auto& ip, const auto& op) { emu.run(q, plan.steps[0].kernel, ip, op, tile); });
         }
     }
 }
@@ -443,7 +438,7 @@ void check_judged_emulated(const fj::test::JudgedCase& c, const std::string& cxx
                            const std::string& sub) {
     const fj::codegen::Plan plan = fj::codegen::make_plan(c.exprs, c.dtype);
     std::vector<const fj::ir::Kernel*> kernels;
-    for (const auto& r : plan.regions) kernels.push_back(&r.kernel);
+    for (const auto& r : plan.steps) kernels.push_back(&r.kernel);
     std::vector<fj::Expr> roots;
     for (const auto& [name, e] : c.exprs) roots.push_back(e);
     const auto refs = fj::test::reference(roots, c.ds.inputs, c.ds.rows, c.ds.cols);
@@ -467,7 +462,7 @@ void check_judged_emulated(const fj::test::JudgedCase& c, const std::string& cxx
             ob.at(n).fill(12345.0, 0.0);
             op.emplace(n, ob.at(n).panel());
         }
-        for (std::size_t r = 0; r < plan.regions.size(); ++r) emu.run(r, plan.regions[r].kernel, ip, op, 0);
+        for (std::size_t r = 0; r < plan.steps.size(); ++r) emu.run(r, plan.steps[r].kernel, ip, op, 0);
         for (std::size_t k = 0; k < c.exprs.size(); ++k) {
             CAPTURE(c.exprs[k].second.str());
             c.judge(k, ob.at(plan.outputs[k]).cells(), refs[k]);
@@ -499,7 +494,7 @@ TEST_CASE("generated kernels, run on the host, match the reference") {
         std::vector<std::size_t> first_kernel;
         for (const auto& p : plans) {
             first_kernel.push_back(kernels.size());
-            for (const auto& r : p.regions) kernels.push_back(&r.kernel);
+            for (const auto& r : p.steps) kernels.push_back(&r.kernel);
         }
         // Generic kernels as the runtime emits them by default (CudaSettings: one guarded loop), and with
         // a guarded warm-up loop, then batches of 3 rows (FJ_CUDA_UNROLL=3: a remainder loop too);
@@ -529,9 +524,9 @@ TEST_CASE("generated kernels, run on the host, match the reference") {
                     const long long ld_in = padded.ld_in, ld_out = padded.ld_out;
                     check_outputs(plan, roots, refs, data, ds.rows, ds.cols, dtype, ld_in, ld_out,
                                   [&](const auto& ip, const auto& op) {
-                                      for (std::size_t r = 0; r < plan.regions.size(); ++r)
+                                      for (std::size_t r = 0; r < plan.steps.size(); ++r)
                                           (kind == 3 ? echo : specialised ? fixed : kind == 1 ? batched : emu)
-                                              .run(first_kernel[pi] + r, plan.regions[r].kernel, ip, op, tile);
+                                              .run(first_kernel[pi] + r, plan.steps[r].kernel, ip, op, tile);
                                   });
                 }
             }
@@ -593,40 +588,38 @@ TEST_CASE("window-scan kernels, run on the host, match the reference") {
         fj::codegen::CudaEmitOptions o;
         o.strides = {41, 41, 41};
         std::string why;
-        CHECK(fj::codegen::cuda_window_scan_smem(plans[0].regions[0].kernel, o, &why) == 0);
+        CHECK(fj::codegen::cuda_window_scan_smem(plans[0].steps[0].kernel, o, &why) == 0);
         const fj::codegen::Plan corr = fj::codegen::make_plan({{"c", fj::corr(window(A, 45), window(B, 45))}}, dtype);
-        CHECK(fj::codegen::cuda_window_scan_smem(corr.regions[0].kernel, o, &why) == 0);
+        CHECK(fj::codegen::cuda_window_scan_smem(corr.steps[0].kernel, o, &why) == 0);
         CHECK(why.find("not a multiple of 4") != std::string::npos);
         // Run counters compared with constants of at least a segment's rows are tested without forming the
         // count (scan_count_tests()); shorter windows form it.
         o.strides = {48, 48, 48};
         o.window_scan = true;
-        CHECK(fj::codegen::emit_cuda(corr.regions[0].kernel, o).find("const int fj_b") != std::string::npos);
+        CHECK(fj::codegen::emit_cuda(corr.steps[0].kernel, o).find("const int fj_b") != std::string::npos);
         const fj::codegen::Plan short_corr = fj::codegen::make_plan({{"c", fj::corr(window(A, 3), window(B, 3))}}, dtype);
-        const std::string short_src = fj::codegen::emit_cuda(short_corr.regions[0].kernel, o);
+        const std::string short_src = fj::codegen::emit_cuda(short_corr.steps[0].kernel, o);
         CHECK(short_src.find("max(fj_e") != std::string::npos);
         CHECK(short_src.find("const int fj_b") == std::string::npos);
     }
-    // With one batch copied ahead (the smallest rings) and 16 warps of 2-row segments, and with the
-    // defaults (as many batches ahead as fit, 4 here; 8 warps of 4 rows).
+    // With one batch copied ahead (the smallest rings), and with the default (as many batches ahead as fit,
+    // 4 here).
     struct Setup {
         long long ld;
-        int ahead, warps;
+        int ahead;
     };
-    for (const auto& [ld, ahead, warps] : {Setup{44, 1, 16}, Setup{48, 0, 0}}) {
+    for (const auto& [ld, ahead] : {Setup{44, 1}, Setup{48, 0}}) {
         CAPTURE(ld);
         CAPTURE(ahead);
-        CAPTURE(warps);
         std::vector<const fj::ir::Kernel*> kernels;
         std::vector<std::size_t> index;  // kernel -> its program
         for (std::size_t pi = 0; pi < plans.size(); ++pi) {
-            if (plans[pi].regions.size() != 1) continue;
-            const fj::ir::Kernel& k = plans[pi].regions[0].kernel;
+            if (plans[pi].steps.size() != 1) continue;
+            const fj::ir::Kernel& k = plans[pi].steps[0].kernel;
             fj::codegen::CudaEmitOptions o;
             o.dtype = dtype;
             o.strides.assign(k.inputs.size() + k.outputs.size(), ld);
             o.window_scan_ahead = ahead;
-            o.window_scan_warps = warps;
             std::string why;
             const bool ok = fj::codegen::cuda_window_scan_smem(k, o, &why) > 0;
             const std::string& name = pr.outputs[pi].size() == 1 ? pr.outputs[pi][0].first : std::string("fused");
@@ -636,7 +629,7 @@ TEST_CASE("window-scan kernels, run on the host, match the reference") {
             index.push_back(pi);
         }
         REQUIRE(kernels.size() >= must.size());
-        Emulated emu(kernels, dtype, dir, cxx, {.ld_in = ld, .ld_out = ld, .window_scan = true, .scan_ahead = ahead, .scan_warps = warps});
+        Emulated emu(kernels, dtype, dir, cxx, {.ld_in = ld, .ld_out = ld, .window_scan = true, .scan_ahead = ahead});
         REQUIRE_MESSAGE(emu.error().empty(), emu.error());
         check_emulated(emu, index, pr, ds, dtype, ld, {0, 7, 45});
     }
@@ -676,8 +669,8 @@ TEST_CASE("chained window-scan kernels, run on the host, match the reference") {
     std::vector<const fj::ir::Kernel*> kernels;
     std::vector<std::size_t> index;
     for (std::size_t pi = 0; pi < plans.size(); ++pi) {
-        REQUIRE(plans[pi].regions.size() == 1);
-        const fj::ir::Kernel& k = plans[pi].regions[0].kernel;
+        REQUIRE(plans[pi].steps.size() == 1);
+        const fj::ir::Kernel& k = plans[pi].steps[0].kernel;
         fj::codegen::CudaEmitOptions o;
         o.dtype = dtype;
         o.strides.assign(k.inputs.size() + k.outputs.size(), ld);
@@ -694,10 +687,10 @@ TEST_CASE("chained window-scan kernels, run on the host, match the reference") {
         o.strides = {ld, ld, ld};
         o.window_scan_chain = true;
         std::string why;
-        CHECK(fj::codegen::cuda_window_scan_smem(odd.regions[0].kernel, o, &why) == 0);
+        CHECK(fj::codegen::cuda_window_scan_smem(odd.steps[0].kernel, o, &why) == 0);
         CHECK(why.find("divides the window of 45 rows") != std::string::npos);
         o.window_scan_chain = false;
-        CHECK(fj::codegen::cuda_window_scan_smem(odd.regions[0].kernel, o) > 0);
+        CHECK(fj::codegen::cuda_window_scan_smem(odd.steps[0].kernel, o) > 0);
         // Run counters compared with constants are tested against the row from which their count reaches
         // the constant (kept per row group), for constants shorter than a batch too: corr w=250 (batches of
         // 25) tests "the window is full" (250) and "x changed" (249) so, and corr w=20 (batches of 20) 20 and
@@ -706,12 +699,12 @@ TEST_CASE("chained window-scan kernels, run on the host, match the reference") {
         o.window_scan_chain = true;
         o.window_scan = true;
         const fj::codegen::Plan corr250 = fj::codegen::make_plan({{"c", fj::corr(window(A, 250), window(B, 250))}}, dtype);
-        const std::string long_src = fj::codegen::emit_cuda(corr250.regions[0].kernel, o);
+        const std::string long_src = fj::codegen::emit_cuda(corr250.steps[0].kernel, o);
         CHECK(long_src.find("_249 = fj_e") != std::string::npos);
         CHECK(long_src.find("- max(fj_e") == std::string::npos);
         CHECK(long_src.find("Chained window scan") != std::string::npos);
-        CHECK(fj::codegen::cuda_window_scan_layout(corr250.regions[0].kernel, o).box_rows == 25);
-        const std::string short_src = fj::codegen::emit_cuda(plans[7].regions[0].kernel, o);  // corr20
+        CHECK(fj::codegen::cuda_window_scan_layout(corr250.steps[0].kernel, o).box_rows == 25);
+        const std::string short_src = fj::codegen::emit_cuda(plans[7].steps[0].kernel, o);  // corr20
         CHECK(short_src.find("_19 = fj_e") != std::string::npos);
         CHECK(short_src.find("- max(fj_e") == std::string::npos);
     }
@@ -730,8 +723,8 @@ void check_quiet_batches(const std::string& cxx, const std::string& dir, const s
     std::filesystem::create_directories(dir + "/" + sub);
     std::vector<const fj::ir::Kernel*> kernels;
     for (const auto& plan : pr.plans) {
-        REQUIRE(plan.regions.size() == 1);
-        kernels.push_back(&plan.regions[0].kernel);
+        REQUIRE(plan.steps.size() == 1);
+        kernels.push_back(&plan.steps[0].kernel);
     }
     const fj::test::Inputs data = fj::test::as_dtype(ds.inputs, dtype);
     const long long ld = kind.ld_in;
@@ -753,7 +746,7 @@ void check_quiet_batches(const std::string& cxx, const std::string& dir, const s
                 CAPTURE(q);
                 const fj::codegen::Plan& plan = pr.plans[q];
                 check_outputs(plan, roots[q], refs[q], data, ds.rows, ds.cols, dtype, ld, ld, [&](const auto& ip, const auto& op) {
-                    emu.run(q, plan.regions[0].kernel, ip, op, tile);
+                    emu.run(q, plan.steps[0].kernel, ip, op, tile);
                     auto& outs = got[quiet][{q, tile}];
                     for (const auto& n : plan.outputs) {
                         const fj::Panel& p = op.at(n);
@@ -814,11 +807,11 @@ TEST_CASE("quiet batches and the others, in one panel, match the reference and e
         o.dtype = fj::DType::F32;
         o.strides = {ld, ld, ld};
         o.window_scan = o.window_scan_chain = true;
-        const std::string src = fj::codegen::emit_cuda(pr.plans[1].regions[0].kernel, o);
+        const std::string src = fj::codegen::emit_cuda(pr.plans[1].steps[0].kernel, o);
         CHECK(src.find("fj_quiet = !fj_active || ((fj_m2 == -1073741824 && fj_e2 < u_batch - 250) && fj_a9 && fj_a11);") !=
               std::string::npos);
         o.quiet_batches = false;
-        CHECK(fj::codegen::emit_cuda(pr.plans[1].regions[0].kernel, o).find("fj_quiet") == std::string::npos);
+        CHECK(fj::codegen::emit_cuda(pr.plans[1].steps[0].kernel, o).find("fj_quiet") == std::string::npos);
         // (cov with minimum periods forms its count of valid rows, n: no quiet state.)
         check_quiet_batches(cxx, dir, "quiet_chain", {.ld_in = ld, .ld_out = ld, .window_scan = true, .chain = true}, pr, ds,
                             fj::DType::F32, {"cov64"});
@@ -845,6 +838,15 @@ TEST_CASE("quiet batches and the others, in one panel, match the reference and e
     }
 }
 
+}  // TEST_SUITE
+
+#else
+
+TEST_SUITE("cuda_compile") {
+TEST_CASE("generated kernels run on the host: compiled out (no CUDA backend)") {
+    MESSAGE("skipped: built without the CUDA backend (FJ_WITH_CUDA=OFF or no cuda.h): "
+            "the emulated kernel tests are compiled out");
+}
 }  // TEST_SUITE
 
 #endif  // FJ_WITH_CUDA

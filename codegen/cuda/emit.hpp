@@ -25,9 +25,8 @@
 //     batches go, then one at a time; the others one at a time, after requesting all their loads into L1
 //     (bigger bodies keep that shape: see the miscompile in bench/RESULTS.md);
 //   * the batched loop, `unroll` rows per iteration, with no guards: every loaded value is replaced by the
-//     one `unroll` rows later right after its last use (rolling prefetch), or, with async_stages, the rows
-//     are copied into shared memory batches ahead (cp.async); kernels with fixed leading dimensions also
-//     ask L2 for the rows `l2_prefetch_rows` ahead; it stops 2 (or async_stages) batches before the end;
+//     one `unroll` rows later right after its last use (rolling prefetch); kernels with fixed leading
+//     dimensions also ask L2 for the rows `l2_prefetch_rows` ahead; it stops 2 batches before the end;
 //   * (fixed leading dimensions only) the last whole batches, loads first;
 //   * the remaining rows one at a time.
 // With echo rings (CudaEmitOptions::echo_rings) the pass's first rows also store the values its window sums
@@ -85,19 +84,13 @@ struct CudaEmitOptions {
     // Rows ahead of the batch that the batched loop asks L2 to prefetch (prefetch.global.L2, one per
     // input and row, no register): more of the panel in flight than registers can hold. 0: none.
     int l2_prefetch_rows = 0;
-    // With fixed leading dimensions: the batched loop copies its rows into shared memory with cp.async,
-    // this many batches deep (>= 2; 0 or 1: loads into registers). Needs
-    // cuda_column_scan_shape().smem_per_thread x block bytes of dynamic shared memory at launch.
-    int async_stages = 0;
-    // With fixed leading dimensions and register loads: batches per iteration of the batched loop (>= 1).
-    int loop_copies = 1;
+    // (Loads staged in shared memory by cp.async, several batches per iteration of the batched loop,
+    // __launch_bounds__ on column scans and 16-warp window scans were options once; each measured slower
+    // or no better on the H200 and was removed with its code: bench/RESULTS.md keeps the figures.)
     // With fixed leading dimensions: a pass's last rows in masked batches of at most 4 rows and warm-up
     // batches that may run past the warm-up rows, instead of one row at a time (the runtime's default;
     // a 16-row masked batch raised the G1 kernel's registers past 128 and lost: 9.70 against 8.86 ms).
-    // And __launch_bounds__(max_threads) on the kernel (0: none), which caps its registers so that such
-    // a block fits (an experiment: no gain measured).
     bool batched_edges = false;
-    int max_threads = 0;
     // With fixed leading dimensions: the pass's rows before out_begin (the halo) in batches of this many
     // rows that store nothing and skip the loads of rows before the pass that no result reads; the guarded
     // warm-up batches after them take this many rows too (0: none of that, guarded batches of `unroll`).
@@ -148,10 +141,6 @@ struct CudaEmitOptions {
     // blocks per SM, up to kWindowScanMaxAhead. Each batch's copies are issued as the block starts the
     // batch that many before it.
     int window_scan_ahead = 0;
-    // Window scans: warps per block, each running one segment of every batch (kWindowScanBatchRows / warps
-    // rows, at most kWindowScanMirrorRows); 0 for kWindowScanWarps. More warps hide more latency with
-    // fewer registers each (two blocks per SM), at more scan work per row.
-    int window_scan_warps = 0;
     // Window scans: the chained variant (chained_scan.cpp) instead, where the kernel's window sums
     // split (cuda_window_sum_split) and a batch length of kWindowScanChainMinRows to kWindowScanBatchRows
     // rows divides the window; emit_cuda throws for kernels cuda_window_scan_smem() refuses.
@@ -175,8 +164,9 @@ struct CudaEmitOptions {
 // 16 bytes and have a multiple of 4 columns (the runtime checks, and runs the column scan otherwise).
 // Window scans copy with tensor copies and mbarrier transaction counts: sm_90 and later.
 inline constexpr int kWindowScanMinArch = 90;
-// Warps per block by default (CudaEmitOptions::window_scan_warps): a batch's segments. The block's size is
-// its kernel's maximum threads per block (__launch_bounds__; CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK).
+// Warps per block: a batch's segments, each running kWindowScanBatchRows / kWindowScanWarps rows (16 warps
+// of 2-row segments measured slower). The block's size is its kernel's maximum threads per block
+// (__launch_bounds__; CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK).
 inline constexpr int kWindowScanWarps = 8;
 inline constexpr int kWindowScanColumns = 32;
 // Its parameters end with two tensor maps per input (CUtensorMap, 128 bytes, 128-byte aligned after the
@@ -215,11 +205,6 @@ inline int cuda_window_scan_smem(const ir::Kernel& kernel, const CudaEmitOptions
 // add as they enter and take away w rows later (codegen/window_terms.hpp); not ok, with why_not, when
 // the kernel cannot be a window scan or its sums do not split so.
 WindowSplit cuda_window_sum_split(const ir::Kernel& kernel, const CudaEmitOptions& options);
-
-// Staging costs more shared memory per thread than this: the kernel loads into registers instead. Room
-// for 8 float32 stages of corr's 32 loads (8 rows x 4): about 220 threads per SM, for experiments with
-// deep copies at low occupancy (long windows whose leaving rows must stay in L2; bench/RESULTS.md).
-inline constexpr int kCudaMaxStageBytesPerThread = 1056;
 
 // Echo rings (CudaEmitOptions::echo_rings): the most shared memory per thread (so that 512 threads, the
 // register limit of corr's 128 registers, still fit an SM of sm_90: corr w=20 takes 41 doubles, 328 bytes)

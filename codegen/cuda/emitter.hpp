@@ -83,10 +83,7 @@ public:
         return {U_, static_cast<int>(echo_.size()), shared_bytes_per_thread()};
     }
 
-    int shared_bytes_per_thread() const {
-        if (!echo_.empty()) return echo_stride_ * static_cast<int>(sizeof(double));
-        return stage_stride_ * static_cast<int>(o_.dtype == DType::F32 ? sizeof(float) : sizeof(double));
-    }
+    int shared_bytes_per_thread() const { return echo_stride_ * static_cast<int>(sizeof(double)); }
 
 private:
     const ir::Kernel& k_;
@@ -140,10 +137,6 @@ private:
     // Loads (input, row offset within a batch) whose row, when it lies before the pass, no result reads
     // (see pass_only_loads()): the batches before out_begin skip them there instead of reading the panel.
     std::set<std::pair<int, int>> pass_only_;
-    // The batched loop's loads through shared memory (CudaEmitOptions::async_stages), see async_plan().
-    int stages_ = 0;                       // 0: register prefetch instead
-    std::vector<std::pair<int, int>> staged_;  // (input, row offset in a batch), in stage order
-    int stage_stride_ = 0;                 // elements of shared memory per thread
     // (input, lag) -> whether every load of it is pass-only (see pass_only_loads()).
     std::map<std::pair<int, int>, bool> pass_only_lag_;
     // Echo rings (CudaEmitOptions::echo_rings, echo_plan()): ring k keeps body[earlier] of the last `lag`
@@ -277,86 +270,11 @@ private:
         s_ += '\n';
     }
 
-    // Operand checks: indices point backwards (SSA) at values of the expected type.
-    void operand(std::size_t i, std::int32_t x, Type want) const {
-        if (x < 0 || static_cast<std::size_t>(x) >= i) bad_ir(k_, i, fmt::format("operand {} out of range", x));
-        if (k_.body[x].type != want)
-            bad_ir(k_, i, fmt::format("operand {} has the wrong type", x));
-    }
-
     void check() {
+        // What is wrong with the IR itself (operands, slots, rings, lags, echoes): kernel_ir.hpp's verifier.
+        ir::verify(k_);
         rings_.resize(k_.rings.size());
-        for (std::size_t r = 0; r < k_.rings.size(); ++r) {
-            if (k_.rings[r].size < 1) throw BackendError(fmt::format("CUDA emitter: kernel {}: ring {} size {}", k_.name, r, k_.rings[r].size));
-            rings_[r].size = k_.rings[r].size;
-        }
-        auto slot = [&](std::size_t i, std::size_t n, const char* what) {
-            const Inst& in = k_.body[i];
-            if (in.slot < 0 || static_cast<std::size_t>(in.slot) >= n)
-                bad_ir(k_, i, fmt::format("{} slot {} out of range", what, in.slot));
-        };
-        for (std::size_t i = 0; i < k_.body.size(); ++i) {
-            const Inst& in = k_.body[i];
-            switch (in.op) {
-            case Prim::Const:
-            case Prim::RowIndex:
-                break;
-            case Prim::Input:
-                slot(i, k_.inputs.size(), "input");
-                if (in.lag < 0) bad_ir(k_, i, "negative lag");
-                break;
-            case Prim::RowInPass:
-                if (in.lag < 0) bad_ir(k_, i, "negative lag");
-                break;
-            case Prim::LoadState:
-                slot(i, k_.states.size(), "state");
-                break;
-            case Prim::StoreState:
-                slot(i, k_.states.size(), "state");
-                operand(i, in.a, Type::F64);
-                break;
-            case Prim::RingRead:
-                slot(i, k_.rings.size(), "ring");
-                if (in.lag < 0 || in.lag >= rings_[in.slot].size) bad_ir(k_, i, "lag outside the ring");
-                break;
-            case Prim::RingPush:
-                slot(i, k_.rings.size(), "ring");
-                operand(i, in.a, Type::F64);
-                break;
-            case Prim::Output:
-                slot(i, k_.outputs.size(), "output");
-                operand(i, in.a, Type::F64);
-                break;
-            case Prim::Add: case Prim::Sub: case Prim::Mul: case Prim::Div: case Prim::Pow:
-            case Prim::Min: case Prim::Max:
-            case Prim::CmpLT: case Prim::CmpLE: case Prim::CmpGT: case Prim::CmpGE: case Prim::CmpEQ:
-            case Prim::CmpONE: case Prim::CmpUNE:
-                operand(i, in.a, Type::F64);
-                operand(i, in.b, Type::F64);
-                break;
-            case Prim::Neg: case Prim::Abs: case Prim::Sqrt: case Prim::Exp: case Prim::Log:
-            case Prim::Floor: case Prim::Recip: case Prim::RSqrt: case Prim::IsNaN:
-                operand(i, in.a, Type::F64);
-                break;
-            case Prim::And: case Prim::Or:
-                operand(i, in.a, Type::Bool);
-                operand(i, in.b, Type::Bool);
-                break;
-            case Prim::Not: case Prim::BoolToF64:
-                operand(i, in.a, Type::Bool);
-                break;
-            case Prim::Fma:
-                operand(i, in.a, Type::F64);
-                operand(i, in.b, Type::F64);
-                operand(i, in.c, Type::F64);
-                break;
-            case Prim::Select:
-                operand(i, in.a, Type::Bool);
-                operand(i, in.b, in.type);
-                operand(i, in.c, in.type);
-                break;
-            }
-        }
+        for (std::size_t r = 0; r < k_.rings.size(); ++r) rings_[r].size = k_.rings[r].size;
         for (RingInfo& r : rings_) r.in_regs = r.size <= o_.reg_ring_max;
         // Liveness: effects are live, and so is every operand of a live instruction. Dead values are not
         // emitted (NVRTC would warn about each, and parse them for nothing).
@@ -375,7 +293,6 @@ private:
         sticky_states();
         run_counters();
         pass_only_loads();
-        async_plan();
         echo_plan();
         preset_plan();
         quiet_plan();
@@ -447,38 +364,10 @@ private:
             if (ok) pass_only_.insert(key);
     }
 
-    // Kernels with fixed leading dimensions can stage the batched loop's loads in shared memory with
-    // cp.async, `stages` batches deep. With loads into registers (a rolling prefetch), ptxas sinks the
-    // next batch's loads to the end of the loop, where the moves at the back edge wait for them: the
-    // whole memory latency once per batch (half the stall samples of corr w=20 on the H200). An async
-    // copy ties no register, so the copy of batch k + stages - 1 is in flight while batch k computes.
-    // (Measured slower than register loads for corr on the H200, 12.5 against 8.9 ms: an option.)
-    // Each thread owns a slice of stage_stride_ elements (odd, so a warp's accesses hit 32 different
-    // banks) and reads only what it copied: no barrier between threads.
-public:
-    static bool staging_requested(const CudaEmitOptions& o) { return !o.strides.empty() && o.async_stages >= 2; }
-
-private:
-    void async_plan() {
-        if (!staging_requested(o_) || U_ < 2 || loads_.empty()) return;
-        std::set<std::pair<int, int>> seen;
-        for (int u = 0; u < U_; ++u)
-            for (const auto& [slot, lag] : loads_)
-                if (seen.insert({slot, u - lag}).second) staged_.push_back({slot, u - lag});
-        const int stride = (o_.async_stages * static_cast<int>(staged_.size())) | 1;
-        const int bytes = stride * static_cast<int>(o_.dtype == DType::F32 ? sizeof(float) : sizeof(double));
-        if (bytes > kCudaMaxStageBytesPerThread) {  // too few threads would fit an SM: registers instead
-            staged_.clear();
-            return;
-        }
-        stages_ = o_.async_stages;
-        stage_stride_ = stride;
-    }
-
     // Which echoes get rings, the batch length, and the batched loops' liveness and loads without the work
     // that only fed the later values.
     void echo_plan() {
-        if (!echo_requested(o_) || U_ < 2 || big_body_ || stages_ > 0 || k_.echoes.empty()) return;
+        if (!echo_requested(o_) || U_ < 2 || big_body_ || k_.echoes.empty()) return;
         const std::size_t n = k_.body.size();
         auto plain = [&](std::int32_t i) {  // a float64 value emitted as `const double v<i>` in every kind of row
             const auto u = static_cast<std::size_t>(i);
@@ -490,10 +379,6 @@ private:
         int doubles = 0;
         std::vector<EchoRing> rings;
         for (const ir::Echo& e : k_.echoes) {
-            if (e.later < 0 || e.earlier < 0 || static_cast<std::size_t>(e.later) >= n ||
-                static_cast<std::size_t>(e.earlier) >= n || e.lag < 1)
-                throw BackendError(fmt::format("CUDA emitter: kernel {}: echo %{} = %{} at lag {} out of range", k_.name,
-                                               e.later, e.earlier, e.lag));
             if (e.lag < o_.echo_min_lag || !plain(e.later) || !plain(e.earlier) || is_later[static_cast<std::size_t>(e.later)])
                 continue;
             is_later[static_cast<std::size_t>(e.later)] = true;
@@ -1017,15 +902,6 @@ private:
             line(0, "#define FJ_SMEM_DECL extern __shared__ __align__(16) unsigned char fj_smem[]");
             line(0, "#endif");
         }
-        if (stages_ > 0) {
-            line(0, "#ifndef FJ_CP_ASYNC");
-            line(0, "#define FJ_SMEM_DECL extern __shared__ __align__(16) unsigned char fj_smem[]");
-            line(0, "#define FJ_CP_ASYNC(dst, src) asm volatile(\"cp.async.ca.shared.global [%0], [%1], %2;\" :: \"r\"(dst), \"l\"(src), \"n\"(sizeof(*(src))) : \"memory\")");
-            line(0, "#define FJ_CP_COMMIT() asm volatile(\"cp.async.commit_group;\" ::: \"memory\")");
-            line(0, "#define FJ_CP_WAIT(n) asm volatile(\"cp.async.wait_group %0;\" :: \"n\"(n) : \"memory\")");
-            line(0, "#define FJ_SHARED_ADDR(p) ((unsigned)__cvta_generic_to_shared(p))");
-            line(0, "#endif");
-        }
         if (hints_) {
             // (Macros, so that host tests can stand in for them.)
             const char* ty = o_.dtype == DType::F32 ? "f32" : "f64";
@@ -1093,19 +969,9 @@ private:
 
     void kernel() {
         const int halo = std::max(0, k_.halo);
-        if (o_.max_threads > 0)  // registers capped so that blocks of max_threads fit (ptxas spills instead)
-            line(0, "extern \"C\" __global__ void __launch_bounds__({}) {}(const fj_params_{} p) {{", o_.max_threads,
-                 name_, name_);
-        else
-            line(0, "extern \"C\" __global__ void {}(const fj_params_{} p) {{", name_, name_);
+        line(0, "extern \"C\" __global__ void {}(const fj_params_{} p) {{", name_, name_);
         line(1, "const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;");
         line(1, "if (j >= p.cols) return;");
-        if (stages_ > 0) {
-            line(1, "FJ_SMEM_DECL;");
-            line(1, "{}* const fj_st = reinterpret_cast<{}*>(fj_smem) + threadIdx.x * {}u;  // this thread's stages",
-                 T_, T_, stage_stride_);
-            line(1, "const unsigned fj_sb = FJ_SHARED_ADDR(fj_st);");
-        }
         if (!echo_.empty()) {
             line(1, "FJ_SMEM_DECL;");
             line(1, "volatile double* const fj_echo = reinterpret_cast<double*>(fj_smem) + threadIdx.x * {}u;  // this thread's echo rings",
@@ -1254,8 +1120,7 @@ private:
             if (live_sticky_[st] && state_fexact_[st]) line(2, "const float sf{} = (float)s{};", st, st);
         if (!echo_.empty()) echo_rows_ = EchoRows::Ring;
         if (U_ > 1) {
-            if (stages_ > 0) staged_batches();
-            else rolling_batches();
+            rolling_batches();
             if (!o_.strides.empty()) {
                 // Kernels for big panels: the last whole batches too (loads first, then the rows), so that
                 // short tiles do not leave up to 2U - 1 rows to the one-row loop. Not in the generic kernel,
@@ -1305,11 +1170,10 @@ private:
     }
 
     // The batched loop, `rows_ahead` rows before row_end at most, with its L2 prefetches.
-    // (`batches` batches per iteration: the caller advances t between them.)
-    void batch_loop_begin(int rows_ahead, const std::set<int>& pf_inputs, int batches = 1) {
+    void batch_loop_begin(int rows_ahead, const std::set<int>& pf_inputs) {
         line(3, "#pragma unroll 1");
         line(3, "for (; t + {} <= row_end; t += {}) {{", rows_ahead, U_);
-        if (!pf_inputs.empty()) line(4, "const bool pf = t + {} <= p.rows;", o_.l2_prefetch_rows + batches * U_);
+        if (!pf_inputs.empty()) line(4, "const bool pf = t + {} <= p.rows;", o_.l2_prefetch_rows + U_);
     }
     void l2_prefetch_row(int u, const std::set<int>& pf_inputs) {
         for (int slot : pf_inputs) line(4, "if (pf) FJ_PREFETCH_L2(&{});", load_addr(slot, u + o_.l2_prefetch_rows));
@@ -1318,12 +1182,11 @@ private:
     // Rolling prefetch: each loaded value is replaced by the one U rows later right after its last use,
     // so the loads of the next batch are in flight while this batch computes (the scan is bound by memory
     // latency otherwise: few warps fit an SM with these register counts). Every prefetched row is below
-    // row_end; the last rows (fewer than (copies + 1) U) run in the loops after it.
-    // ptxas sinks the loads a loop iteration leaves for the next one to its end, where the next iteration
-    // waits for them (bench/RESULTS.md); with CudaEmitOptions::loop_copies > 1 an iteration runs that many
-    // batches, so only the last batch's loads cross the back edge.
+    // row_end; the last rows (fewer than 2U) run in the loops after it.
+    // (ptxas sinks the loads a loop iteration leaves for the next one to its end, where the next iteration
+    // waits for them: bench/RESULTS.md. Iterations of several batches, so that only the last batch's loads
+    // cross the back edge, measured slower and were removed.)
     void rolling_batches() {
-        const int C = std::max(1, o_.strides.empty() ? 1 : o_.loop_copies);
         std::map<std::pair<int, int>, int> last_use;  // (input, row offset) -> last batch row reading it
         for (int u = 0; u < U_; ++u)
             for (const auto& [slot, lag] : row_loads()) last_use[{slot, u - lag}] = u;
@@ -1337,10 +1200,10 @@ private:
             if (r != reuse.end() && r->second == Reuse::Later) line(ind, "FJ_LD_KEEP({}, &{}, fj_keep);", name, addr);
             if (r != reuse.end() && r->second == Reuse::Never) line(ind, "FJ_LD_LAST({}, &{});", name, addr);
         };
-        line(2, "if (t + {} <= row_end) {{", (C + 1) * U_);
+        line(2, "if (t + {} <= row_end) {{", 2 * U_);
         for (const auto& [key, u_last] : last_use) load(3, true, key, 0);
         const std::set<int> pf_inputs = l2_prefetched();
-        batch_loop_begin((C + 1) * U_, pf_inputs, C);
+        batch_loop_begin(2 * U_, pf_inputs);
         stream_stores_ = hints_;
         auto rows = [&](int ind) {
             for (int u = 0; u < U_; ++u) {
@@ -1350,8 +1213,7 @@ private:
                 l2_prefetch_row(u, pf_inputs);
             }
         };
-        for (int c = 0; c < C; ++c) {
-            if (c > 0) line(4, "t += {};", U_);
+        {
             if (quiet_.ok) {
                 // Quiet batches (see quiet_plan()): the rows without the counters where every lane's are quiet.
                 line(4, "{{");
@@ -1391,42 +1253,6 @@ private:
                 r[{group.first, off}] = off == *lo ? Reuse::Never : off == *hi ? Reuse::Later : Reuse::Again;
         }
         return r;
-    }
-
-    // Loads staged in shared memory (async_plan()): batch k + stages - 1 is copied while batch k computes
-    // from its stage; the stage offset so cycles through the stages. The loop stops while a whole batch
-    // `stages` batches on is still below row_end; the rows after it run in the loops that follow.
-    void staged_batches() {
-        const int D = static_cast<int>(staged_.size()), P = stages_;
-        const int esize = o_.dtype == DType::F32 ? 4 : 8;
-        auto copy_batch = [&](int ind, const std::string& stage, int rows_on) {
-            for (int q = 0; q < D; ++q) {
-                const auto [slot, off] = staged_[static_cast<std::size_t>(q)];
-                line(ind, "FJ_CP_ASYNC(fj_sb + ({} + {}) * {}u, &{});", stage, q, esize, load_addr(slot, off + rows_on));
-            }
-            line(ind, "FJ_CP_COMMIT();");
-        };
-        line(2, "if (t + {} <= row_end) {{", P * U_);
-        for (int b = 0; b < P - 1; ++b) copy_batch(3, std::to_string(b * D), b * U_);
-        line(3, "unsigned so = 0;  // this batch's stage");
-        const std::set<int> pf_inputs = l2_prefetched();
-        batch_loop_begin(P * U_, pf_inputs);
-        line(4, "const unsigned sn = so >= {}u ? so - {}u : so + {}u;  // the stage of batch k + {}", D, D, (P - 1) * D, P - 1);
-        copy_batch(4, "sn", (P - 1) * U_);
-        line(4, "FJ_CP_WAIT({});", P - 1);
-        for (int q = 0; q < D; ++q) {
-            const auto [slot, off] = staged_[static_cast<std::size_t>(q)];
-            line(4, "const {} {} = fj_st[so + {}];", T_, load_name(slot, off), q);
-        }
-        for (int u = 0; u < U_; ++u) {
-            step(4, u);
-            l2_prefetch_row(u, pf_inputs);
-        }
-        advance(4, U_);
-        line(4, "so = so >= {}u ? 0u : so + {}u;", (P - 1) * D, D);
-        line(3, "}}");
-        line(3, "FJ_CP_WAIT(0);  // the copies of batches the loop did not reach");
-        line(2, "}}");
     }
 
     // Loads of the rows a batch reads, in the panel's type (a float32 value takes one register until it

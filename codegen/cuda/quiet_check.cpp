@@ -20,7 +20,7 @@ namespace fj::codegen::detail {
 void Emitter::quiet_plan() {
     quiet_ = QuietRows{};
     quiet_prev_.clear();
-    if (!o_.quiet_batches || o_.strides.empty() || big_body_ || stages_ > 0 || U_ < 2) return;
+    if (!o_.quiet_batches || o_.strides.empty() || big_body_ || U_ < 2) return;
     const std::size_t n = k_.body.size();
     const std::vector<bool>& live = echo_.empty() ? live_ : echo_live_;  // (the batched loops' rows)
     std::vector<RunCounter> counters;

@@ -23,7 +23,7 @@
 // there are no rings, and every lagged input is read only where RowInPass masks its value before the pass
 // (pass_only_loads()): the rings hold the pass's rows only.
 //
-// Block: 8 warps (CudaEmitOptions::window_scan_warps; `segs` below, each running `seg_rows` rows of a batch)
+// Block: 8 warps (kWindowScanWarps; `segs` below, each running `seg_rows` rows of a batch)
 // of 32 columns, batches copied ahead by lane 0 of a warp per input (scan_loader(); as many batches as fit,
 // up to kWindowScanMaxAhead: at w = 250, 3 for corr, 4 for cov), each completing on its own mbarrier, which
 // every thread waits for. Per batch two block barriers: the segments' totals are written; their prefixes
@@ -43,18 +43,17 @@ constexpr int kC = kWindowScanColumns;  // columns per block: a warp's lanes
 constexpr int kB = kWindowScanBatchRows;  // rows per batch, in segments of kB / (the block's warps) rows
 constexpr int kM = kWindowScanMirrorRows;  // rows of the ring's mirror (at least a segment's)
 constexpr int kNone = -(1 << 30);       // a run counter's "no reset in this segment"
+static_assert(kB % kWindowScanWarps == 0 && kB / kWindowScanWarps <= kM, "a batch splits into segments of at most kM rows");
 }  // namespace
 
 void Emitter::scan_plan() {
     ScanPlan& P = scan_;
     P = ScanPlan{};
-    P.segments = o_.window_scan_warps > 0 ? o_.window_scan_warps : kWindowScanWarps;
+    P.segments = kWindowScanWarps;
     P.segment_rows = kB / P.segments;
-    const int segs = P.segments, seg_rows = P.segment_rows;
+    const int segs = P.segments;
     const std::size_t n = k_.body.size();
     auto fail = [&](std::string why) { P.why_not = std::move(why); };
-    if (segs < 1 || segs * seg_rows != kB || seg_rows > kM)
-        return fail(fmt::format("{} warps per block: {} rows per batch do not split into segments of at most {} rows", segs, kB, kM));
     if (o_.dtype != DType::F32) return fail("float32 panels only (a float64 window would halve the columns per SM)");
     if (o_.strides.empty()) return fail("needs fixed leading dimensions");
     if (!k_.rings.empty()) return fail("the kernel keeps rings");
