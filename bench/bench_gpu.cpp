@@ -47,7 +47,7 @@
 #include "codegen/plan.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/cuda/cuda_api.hpp"
-#include "runtime/cuda/backend.hpp"
+#include "runtime/cuda/compile.hpp"
 #include "runtime/cuda/compile.hpp"
 
 namespace {
@@ -372,8 +372,8 @@ void setenv_or_unset(const char* name, const std::string& v) {
     else ::setenv(name, v.c_str(), 1);
 }
 
-// Benchmark settings as "key=value,key=value" (keys: unroll fmad block smem stages pf copies edges lb hints
-// warm scan ahead warps chain fixed oneloop echo refine quiet, each an FJ_CUDA_* variable, and nvrtc (one option for
+// Benchmark settings as "key=value,key=value" (keys: unroll block pf edges hints warm scan ahead chain fixed
+// oneloop echo refine quiet, each an FJ_CUDA_* variable of bench/TUNING.md, and nvrtc (one option for
 // FJ_NVRTC_OPTIONS, e.g. nvrtc=--pre-include=FILE to compare a helper's other definition); tile, w and op, read by
 // the cases): the FJ_CUDA_* variables of the keys given are set, the others unset (library defaults).
 std::map<std::string, std::string> parse_setting(const std::string& item) {
@@ -386,13 +386,13 @@ std::map<std::string, std::string> parse_setting(const std::string& item) {
     return kv;
 }
 void apply_setting(const std::map<std::string, std::string>& kv) {
-    static const std::map<std::string, const char*> vars = {{"unroll", "FJ_CUDA_UNROLL"}, {"fmad", "FJ_CUDA_FMAD"},
-                                                            {"block", "FJ_CUDA_BLOCK"},   {"smem", "FJ_CUDA_SMEM"},
-                                                            {"stages", "FJ_CUDA_STAGES"}, {"pf", "FJ_CUDA_PREFETCH"},
-                                                            {"copies", "FJ_CUDA_COPIES"}, {"edges", "FJ_CUDA_EDGES"},
-                                                            {"lb", "FJ_CUDA_LAUNCH_BOUNDS"}, {"hints", "FJ_CUDA_CACHE_HINTS"},
+    static const std::map<std::string, const char*> vars = {{"unroll", "FJ_CUDA_UNROLL"},
+                                                            {"block", "FJ_CUDA_BLOCK"},
+                                                            {"pf", "FJ_CUDA_PREFETCH"},
+                                                            {"edges", "FJ_CUDA_EDGES"},
+                                                            {"hints", "FJ_CUDA_CACHE_HINTS"},
                                                             {"warm", "FJ_CUDA_WARM_ROWS"}, {"scan", "FJ_CUDA_WINDOW_SCAN"},
-                                                            {"ahead", "FJ_CUDA_SCAN_AHEAD"}, {"warps", "FJ_CUDA_SCAN_WARPS"},
+                                                            {"ahead", "FJ_CUDA_SCAN_AHEAD"},
                                                             {"chain", "FJ_CUDA_SCAN_CHAIN"}, {"fixed", "FJ_CUDA_FIXED_LD"},
                                                             {"oneloop", "FJ_CUDA_ONE_LOOP"}, {"echo", "FJ_CUDA_ECHO"},
                                                             {"refine", "FJ_CUDA_RSQRT_REFINE"}, {"quiet", "FJ_CUDA_QUIET"},
@@ -542,7 +542,7 @@ void j1_case(const std::string& arch) {
             const fj::codegen::Plan plan = fj::codegen::make_plan({{"o", e + c}});
             const double c0 = cpu_ms();
             const auto t0 = Clock::now();
-            cu::CudaCompiled k = cu::compile_cuda_kernel(plan.regions[0].kernel, fj::DType::F32, arch, true, s);
+            cu::CudaCompiled k = cu::compile_cuda_kernel(plan.steps[0].kernel, fj::DType::F32, arch, true, s);
             const double total = ms_since(t0), cpu = cpu_ms() - c0;
             (again ? repeat : cold).push_back(total);
             if (!again) by_kernel[name].push_back(total);
@@ -557,7 +557,7 @@ void j1_case(const std::string& arch) {
     std::vector<fj::codegen::Plan> plans;
     for (const auto& [name, e] : js) plans.push_back(fj::codegen::make_plan({{"o", e + (salt + 0.5)}}));
     std::vector<const fj::ir::Kernel*> ks;
-    for (const auto& p : plans) ks.push_back(&p.regions[0].kernel);
+    for (const auto& p : plans) ks.push_back(&p.steps[0].kernel);
     const auto t0 = Clock::now();
     cu::compile_cuda_kernels(ks, fj::DType::F32, arch, true, s);
     const double par = ms_since(t0);
@@ -676,7 +676,8 @@ int main(int argc, char** argv) {
 
             // Variant sweep on the headline case. "default" (the library's defaults, measured first while
             // the GPU is cool) is the G1 row; the others and the tile lengths below are for tuning.
-            // (stages=2 and copies=2 measured slower on 2026-11-29: 12.5 and 9.56 against 8.86 ms.)
+            // (Staged loads and two batches per iteration measured slower on 2026-11-29, 12.5 and 9.56 against
+            // 8.86 ms, and were deleted: bench/RESULTS.md.)
             const std::vector<std::string> variants =
                 only_defaults() ? std::vector<std::string>{"default"}
                                 : settings_from_env("FJ_BENCH_G1_VARIANTS", {"default", "echo=0", "edges=0"});

@@ -19,7 +19,7 @@
 
 #ifdef FJ_WITH_CUDA
 #include "runtime/cuda/cuda_api.hpp"
-#include "runtime/cuda/backend.hpp"
+#include "runtime/cuda/compile.hpp"
 #include "runtime/cuda/compile.hpp"
 #endif
 
@@ -42,7 +42,7 @@ is named out<k-1>) and compiles them with NVRTC to a cubin. Needs NVRTC, not a G
   -h, --help         print this help
 
 Prints, per kernel, the NVRTC compile time, registers per thread and local-memory bytes. Environment:
-FJ_CUDA_UNROLL, FJ_CUDA_FMAD (code-generation knobs), FJ_DUMP_DIR (keep every source).
+the FJ_CUDA_* tuning variables of bench/TUNING.md, FJ_DUMP_DIR (keep every source).
 )USAGE";
 
 }  // namespace
@@ -103,7 +103,7 @@ int cmd_compile(const std::vector<std::string>& argv) {
     const std::vector<std::pair<std::string, fj::Expr>> named = numbered_outputs(texts, parse_options);
     const fj::codegen::Plan plan = fj::codegen::make_plan(named, dtype);
     std::vector<const fj::ir::Kernel*> kernels;
-    for (const auto& r : plan.regions) kernels.push_back(&r.kernel);
+    for (const auto& r : plan.steps) kernels.push_back(&r.kernel);
 
     const cu::CudaSettings settings = cu::CudaSettings::from_env();
     const auto t0 = std::chrono::steady_clock::now();
@@ -128,28 +128,26 @@ int cmd_compile(const std::vector<std::string>& argv) {
         std::printf("kernel %s (%s, %s): NVRTC %.1f ms, %s, %s bytes local, cubin %zu bytes\n", k.function.c_str(),
                     std::string(fj::dtype_name(dtype)).c_str(), arch.c_str(), k.compile_ms, regs.c_str(),
                     k.stack_bytes >= 0 ? std::to_string(k.stack_bytes).c_str() : "?", k.entry.image.size());
-        if (k.scan.smem_bytes && k.emitted.window_scan_chain)
+        if (k.choice.scan.smem_bytes && k.choice.options.window_scan_chain)
             std::printf("  chained window scan: the windows of %d columns per block, batches of %d rows, in %d bytes of shared memory\n",
-                        fj::codegen::kWindowScanColumns, k.scan.box_rows, k.scan.smem_bytes);
-        else if (k.scan.smem_bytes)
+                        fj::codegen::kWindowScanColumns, k.choice.scan.box_rows, k.choice.scan.smem_bytes);
+        else if (k.choice.scan.smem_bytes)
             std::printf("  window scan: the windows of %d columns per block in %d bytes of shared memory\n",
-                        fj::codegen::kWindowScanColumns, k.scan.smem_bytes);
-        else if (k.emitted.one_loop && k.emitted.strides.empty())
+                        fj::codegen::kWindowScanColumns, k.choice.scan.smem_bytes);
+        else if (k.choice.options.one_loop && k.choice.options.strides.empty())
             std::printf("  one row at a time, in one guarded loop (FJ_CUDA_ONE_LOOP)\n");
         else {
             const fj::codegen::CudaColumnScanShape& shape = k.shape;
             std::printf("  %d row(s) per batch%s\n", shape.batch_rows,
                         shape.echo_rings ? fmt::format(", {} echo ring(s) in shared memory ({} bytes per thread)",
                                                        shape.echo_rings, shape.smem_per_thread).c_str()
-                        : shape.smem_per_thread ? fmt::format(", loads staged in shared memory ({} batches, {} bytes per thread)",
-                                                              k.emitted.async_stages, shape.smem_per_thread).c_str()
-                                                : "");
+                                         : "");
         }
         if (!k.log.empty()) std::printf("  NVRTC log:\n%s\n", k.log.c_str());
         if (!k.dump_path.empty()) std::printf("  source: %s\n", k.dump_path.c_str());
     }
-    std::printf("compiled %zu kernel(s) in %.1f ms (NVRTC %d.%d, %s%s)\n", done.size(), wall, nvrtc->version / 1000,
-                nvrtc->version % 1000 / 10, nvrtc->library.c_str(), settings.fmad ? ", fmad" : "");
+    std::printf("compiled %zu kernel(s) in %.1f ms (NVRTC %d.%d, %s)\n", done.size(), wall, nvrtc->version / 1000,
+                nvrtc->version % 1000 / 10, nvrtc->library.c_str());
     for (std::size_t i = 0; i < done.size() && !cubin_path.empty(); ++i) {
         const std::string path = i == 0 ? cubin_path : cubin_path + "." + std::to_string(i);
         std::ofstream f(path, std::ios::binary | std::ios::trunc);

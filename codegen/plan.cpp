@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
+#include <numeric>
 #include <set>
+#include <unordered_map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "codegen/lower_ops.hpp"
 
@@ -13,7 +17,7 @@ namespace fj::codegen {
 namespace {
 
 // A readable kernel symbol from the first output's expression: "fj_corr_A_B_20".
-std::string kernel_name(const std::vector<const Node*>& roots, std::size_t region) {
+std::string kernel_name(const std::vector<const Node*>& roots, std::size_t step) {
     std::string text = Expr(roots.front()).str(), name = "fj";
     bool sep = true;
     for (char c : text) {
@@ -32,16 +36,74 @@ std::string kernel_name(const std::vector<const Node*>& roots, std::size_t regio
     std::uint64_t h = 0;
     for (const Node* r : roots) h = h * 0x100000001b3ULL ^ r->hash;
     name += fmt::format("_{:06x}", h & 0xffffff);
-    return region ? fmt::format("{}_r{}", name, region) : name;
+    return step ? fmt::format("{}_r{}", name, step) : name;
+}
+
+// The same expression with the nodes of `leaves` replaced by the input nodes they map to (hash-consing
+// gives back the very node where nothing below it changed).
+class Substitution {
+public:
+    explicit Substitution(const std::unordered_map<const Node*, const Node*>& leaves) : leaves_(leaves) {}
+
+    const Node* of(const Node* n) {
+        if (auto it = leaves_.find(n); it != leaves_.end()) return it->second;
+        return below(n);
+    }
+    // n itself kept, its arguments substituted: the expression a materialised node's own step computes.
+    const Node* below(const Node* n) {
+        if (auto it = memo_.find(n); it != memo_.end()) return it->second;
+        const Node* r = n;
+        if (!n->args.empty()) {
+            std::vector<Expr> args;
+            bool changed = false;
+            for (const Node* a : n->args) {
+                args.emplace_back(of(a));
+                changed = changed || args.back().node() != a;
+            }
+            if (changed) r = make(n->op, std::move(args), n->d, n->min_periods).node();
+        }
+        memo_.emplace(n, r);
+        return r;
+    }
+
+private:
+    const std::unordered_map<const Node*, const Node*>& leaves_;
+    std::unordered_map<const Node*, const Node*> memo_;
+};
+
+// What one kernel output computes: a node of the program (an output's, or a materialised one's) and
+// the names it is written under.
+struct Sink {
+    const Node* node = nullptr;  // in the program's expression
+    const Node* expr = nullptr;  // what its step lowers: node with materialised nodes below it as inputs
+    int cut = -1;                // the intermediate it is, or -1
+    int level = 0;               // 1 + the largest level of the sinks whose intermediates it reads
+};
+
+int find(std::vector<int>& parent, int x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
 }
 
 }  // namespace
 
-Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs, DType dtype, Sums sums) {
+Plan::Slot Plan::slot_of(const std::string& panel) const {
+    if (auto it = std::find(inputs.begin(), inputs.end(), panel); it != inputs.end())
+        return {Slot::Input, static_cast<int>(it - inputs.begin())};
+    if (auto it = std::find(outputs.begin(), outputs.end(), panel); it != outputs.end())
+        return {Slot::Output, static_cast<int>(it - outputs.begin())};
+    for (std::size_t i = 0; i < intermediates.size(); ++i)
+        if (intermediates[i].name == panel)
+            return intermediates[i].output >= 0 ? Slot{Slot::Output, intermediates[i].output}
+                                                : Slot{Slot::Intermediate, static_cast<int>(i)};
+    throw Error(fmt::format("plan: no panel named '{}'", panel));
+}
+
+Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs, DType dtype, const PlanOptions& options) {
     if (outputs.empty()) throw ExprError("compile: a program needs at least one output");
     Plan plan;
     plan.dtype = dtype;
-    plan.exact_sums = dtype == DType::F64 || sums == Sums::Exact;
+    plan.exact_sums = dtype == DType::F64 || options.sums == Sums::Exact;
     std::set<std::string> names;
     std::vector<const Node*> roots;
     for (const auto& [name, e] : outputs) {
@@ -50,36 +112,149 @@ Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs, DType d
         plan.outputs.push_back(name);
         roots.push_back(e.node());
     }
+    const std::vector<const Node*> program = topo_order(roots);
     std::set<std::string> inputs;
-    for (const Node* n : topo_order(roots))
+    for (const Node* n : program)
         if (n->op == Op::Input) inputs.insert(n->name);
     plan.inputs.assign(inputs.begin(), inputs.end());
 
-    // Every operator so far is a time-series one, so a program is one fused region. Cross-sectional
-    // operators will split here: a region ends where one of them consumes its result.
-    Region region;
-    region.roots = roots;
-    region.kernel.name = kernel_name(roots, 0) + (plan.exact_sums ? "_x" : "");
-    region.kernel.inputs = plan.inputs;
-    region.kernel.outputs = plan.outputs;
-    lower_region(roots, plan.exact_sums, region.kernel);
-    plan.halo = region.kernel.halo;
-    plan.regions.push_back(std::move(region));
+    // Materialised nodes, in the program's topological order; each an input node of a name of its own.
+    std::set<const Node*> wanted;
+    for (const Expr& e : options.materialize)
+        if (e.valid() && op_info(e.op()).kind != OpKind::Leaf) wanted.insert(e.node());
+    std::unordered_map<const Node*, const Node*> leaves;
+    for (const Node* n : program) {
+        if (!wanted.count(n)) continue;
+        std::string name = fmt::format("_fj_t{}", plan.intermediates.size());
+        while (inputs.count(name)) name += '_';
+        Intermediate m;
+        m.name = name;
+        m.node = n;
+        for (std::size_t o = 0; o < roots.size() && m.output < 0; ++o)
+            if (roots[o] == n) m.output = static_cast<int>(o);
+        plan.intermediates.push_back(m);
+        leaves.emplace(n, input(name).node());
+    }
+
+    // Sinks: each output's node once, then each materialised node that is not an output's.
+    Substitution subst(leaves);
+    std::vector<Sink> sinks;
+    std::unordered_map<const Node*, int> sink_of;
+    auto add_sink = [&](const Node* n, int cut) {
+        auto [it, fresh] = sink_of.emplace(n, static_cast<int>(sinks.size()));
+        if (fresh) sinks.push_back({n, cut >= 0 ? subst.below(n) : subst.of(n), cut, 0});
+        return it->second;
+    };
+    for (const Node* r : roots) add_sink(r, -1);
+    for (std::size_t m = 0; m < plan.intermediates.size(); ++m) {
+        const int s = add_sink(plan.intermediates[m].node, static_cast<int>(m));
+        sinks[static_cast<std::size_t>(s)].cut = static_cast<int>(m);
+        sinks[static_cast<std::size_t>(s)].expr = subst.below(plan.intermediates[m].node);
+    }
+    // Levels (materialised nodes come in topological order, so their levels are known when read).
+    std::unordered_map<std::string, int> level_of_name;
+    std::vector<int> parent(sinks.size());
+    std::iota(parent.begin(), parent.end(), 0);
+    std::unordered_map<const Node*, int> first_sink_of_node;
+    std::vector<int> order(sinks.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+        const int ca = sinks[a].cut < 0 ? 1 << 30 : sinks[a].cut, cb = sinks[b].cut < 0 ? 1 << 30 : sinks[b].cut;
+        return ca < cb;
+    });
+    for (int s : order) {
+        Sink& k = sinks[static_cast<std::size_t>(s)];
+        for (const Node* n : topo_order({k.expr}))
+            if (n->op == Op::Input)
+                if (auto it = level_of_name.find(n->name); it != level_of_name.end()) k.level = std::max(k.level, it->second + 1);
+        if (k.cut >= 0) level_of_name[plan.intermediates[static_cast<std::size_t>(k.cut)].name] = k.level;
+    }
+    // Sinks of one level that share any node, inputs included, fuse into one kernel: it reads each input
+    // once and computes shared work once. Sinks that share nothing are steps of their own.
+    for (std::size_t s = 0; s < sinks.size(); ++s)
+        for (const Node* n : topo_order({sinks[s].expr})) {
+            auto [it, fresh] = first_sink_of_node.emplace(n, static_cast<int>(s));
+            if (!fresh && sinks[static_cast<std::size_t>(it->second)].level == sinks[s].level)
+                parent[find(parent, static_cast<int>(s))] = find(parent, it->second);
+        }
+    // Steps by level, then by their first sink (outputs in the order given come first).
+    std::vector<int> step_roots;
+    for (std::size_t s = 0; s < sinks.size(); ++s)
+        if (find(parent, static_cast<int>(s)) == static_cast<int>(s)) step_roots.push_back(static_cast<int>(s));
+    auto first_of = [&](int root) {
+        for (std::size_t s = 0; s < sinks.size(); ++s)
+            if (find(parent, static_cast<int>(s)) == root) return static_cast<int>(s);
+        return root;
+    };
+    std::stable_sort(step_roots.begin(), step_roots.end(), [&](int a, int b) {
+        return std::pair(sinks[static_cast<std::size_t>(a)].level, first_of(a)) <
+               std::pair(sinks[static_cast<std::size_t>(b)].level, first_of(b));
+    });
+
+    std::unordered_map<std::string, int> producer;  // intermediate name -> step
+    for (std::size_t st = 0; st < step_roots.size(); ++st) {
+        const int group = step_roots[st];
+        Step step;
+        // Kernel outputs: the program's outputs in the order given, then intermediates that are not outputs.
+        for (std::size_t o = 0; o < roots.size(); ++o) {
+            const int s = sink_of.at(roots[o]);
+            if (find(parent, s) != group) continue;
+            step.roots.push_back(sinks[static_cast<std::size_t>(s)].expr);
+            step.kernel.outputs.push_back(plan.outputs[o]);
+        }
+        for (std::size_t s = 0; s < sinks.size(); ++s) {
+            const Sink& k = sinks[s];
+            if (find(parent, static_cast<int>(s)) != group || k.cut < 0) continue;
+            Intermediate& m = plan.intermediates[static_cast<std::size_t>(k.cut)];
+            m.producer = static_cast<int>(st);
+            producer[m.name] = static_cast<int>(st);
+            if (m.output >= 0) continue;  // written under the output's name above
+            step.roots.push_back(k.expr);
+            step.kernel.outputs.push_back(m.name);
+        }
+        std::set<std::string> reads;
+        for (const Node* n : topo_order(step.roots))
+            if (n->op == Op::Input) reads.insert(n->name);
+        step.kernel.inputs.assign(reads.begin(), reads.end());
+        step.kernel.name = kernel_name(step.roots, st) + (plan.exact_sums ? "_x" : "");
+        lower_region(step.roots, plan.exact_sums, step.kernel);
+        step.chain_halo = step.kernel.halo;
+        for (const std::string& in : step.kernel.inputs)
+            if (auto it = producer.find(in); it != producer.end()) {
+                step.chain_halo = std::max(step.chain_halo, step.kernel.halo + plan.steps[static_cast<std::size_t>(it->second)].chain_halo);
+                for (Intermediate& m : plan.intermediates)
+                    if (m.name == in) m.last_reader = static_cast<int>(st);
+            }
+        ir::verify(step.kernel);
+        plan.halo = std::max(plan.halo, step.chain_halo);
+        plan.steps.push_back(std::move(step));
+    }
     return plan;
 }
 
 std::string explain(const Plan& plan) {
-    std::string out = fmt::format("program: {} output(s) [{}] from input(s) [{}]; {} region(s)\n",
+    std::string out = fmt::format("program: {} output(s) [{}] from input(s) [{}]; {} step(s), {} intermediate(s), "
+                                  "halo {} rows along the longest chain\n",
                                   plan.outputs.size(), fmt::join(plan.outputs, ", "), fmt::join(plan.inputs, ", "),
-                                  plan.regions.size());
-    for (std::size_t i = 0; i < plan.regions.size(); ++i) {
-        const Region& r = plan.regions[i];
-        out += fmt::format("region {}: time series, halo {} rows, {} state(s), {} ring(s), {} instruction(s), {} sums\n",
-                           i, r.kernel.halo, r.kernel.states.size(), r.kernel.rings.size(), r.kernel.body.size(),
-                           plan.exact_sums ? "exact (double-double)" : "float64");
-        for (std::size_t k = 0; k < r.roots.size(); ++k)
-            out += fmt::format("  {} = {}\n", r.kernel.outputs[k], Expr(r.roots[k]).str());
-        out += r.kernel.dump();
+                                  plan.steps.size(), plan.intermediates.size(), plan.halo);
+    for (const Intermediate& m : plan.intermediates) {
+        if (m.output >= 0)
+            out += fmt::format("intermediate {} = output '{}', written by step {}\n", m.name,
+                               plan.outputs[static_cast<std::size_t>(m.output)], m.producer);
+        else
+            out += fmt::format("intermediate {} = {}: written by step {}, {} ({})\n", m.name, Expr(m.node).str(),
+                               m.producer, m.last_reader >= 0 ? fmt::format("read until step {}", m.last_reader) : "never read",
+                               fmt::format("freed after step {}", std::max(m.producer, m.last_reader)));
+    }
+    for (std::size_t i = 0; i < plan.steps.size(); ++i) {
+        const Step& s = plan.steps[i];
+        out += fmt::format("step {}: time series, halo {} rows ({} along its chain), {} state(s), {} ring(s), "
+                           "{} instruction(s), {} sums\n",
+                           i, s.kernel.halo, s.chain_halo, s.kernel.states.size(), s.kernel.rings.size(),
+                           s.kernel.body.size(), plan.exact_sums ? "exact (double-double)" : "float64");
+        for (std::size_t k = 0; k < s.roots.size(); ++k)
+            out += fmt::format("  {} = {}\n", s.kernel.outputs[k], Expr(s.roots[k]).str());
+        out += s.kernel.dump();
     }
     return out;
 }

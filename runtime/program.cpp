@@ -36,13 +36,15 @@ struct Program::Impl {
     std::unique_ptr<codegen::Plan> plans[2];
     std::unique_ptr<rt::Executable> executables[2];
 
-    codegen::Sums sums() const { return options.exact_sums ? codegen::Sums::Exact : codegen::Sums::Auto; }
+    codegen::PlanOptions plan_options() const {
+        return {options.exact_sums ? codegen::Sums::Exact : codegen::Sums::Auto, options.materialize};
+    }
     const codegen::Plan& plan() const { return *plans[0]; }
 
     rt::Executable& executable(DType dtype) {
         std::lock_guard<std::mutex> lock(mutex);
         const int k = static_cast<int>(dtype);
-        if (!plans[k]) plans[k] = std::make_unique<codegen::Plan>(codegen::make_plan(outputs, dtype, sums()));
+        if (!plans[k]) plans[k] = std::make_unique<codegen::Plan>(codegen::make_plan(outputs, dtype, plan_options()));
         if (!executables[k]) executables[k] = impl->prepare(*plans[k], dtype, options);
         return *executables[k];
     }
@@ -102,7 +104,7 @@ Program compile(const std::vector<std::pair<std::string, Expr>>& outputs, const 
     auto impl = std::make_shared<Program::Impl>();
     impl->outputs = outputs;
     impl->options = options;
-    impl->plans[0] = std::make_unique<codegen::Plan>(codegen::make_plan(outputs, DType::F32, impl->sums()));
+    impl->plans[0] = std::make_unique<codegen::Plan>(codegen::make_plan(outputs, DType::F32, impl->plan_options()));
     impl->impl = choose_backend(options.backend, impl->backend);
     return Program(impl);
 }

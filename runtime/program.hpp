@@ -23,6 +23,15 @@ struct CompileOptions {
     // arithmetic; needed only when a column's level moves by more than ~2^14 times its window spread
     // within a time tile (see SEMANTICS.md's float32 contract and README).
     bool exact_sums = false;
+    // CUDA: let NVRTC contract a * b + c into one fused multiply-add. Off by default, so that both backends
+    // round the same IEEE operations alike (they then differ only in exp, log and pow); on, CUDA results move
+    // in the last bits, still within the accuracy contract.
+    bool fma_contraction = false;
+    // Subexpressions computed by a step of their own and kept as intermediate panels (of the panels' dtype)
+    // for the steps that read them, instead of being fused into those steps' kernels: for inspecting a
+    // subexpression's kernel (explain()) or splitting a very large program. Results stay within the contract
+    // (an intermediate is rounded to the panel's dtype, as an output is).
+    std::vector<Expr> materialize;
 };
 
 class Program {

@@ -15,7 +15,7 @@
 #include "codegen/plan.hpp"
 #include "dsl/error.hpp"
 #include "runtime/cuda/cuda_api.hpp"
-#include "runtime/cuda/backend.hpp"
+#include "runtime/cuda/compile.hpp"
 #include "runtime/cuda/kernel_cache.hpp"
 
 namespace {
@@ -242,7 +242,7 @@ TEST_CASE("a real NVRTC kernel through the disk cache, corrupted and recompiled"
     }
     const std::string dir = fresh_dir("nvrtc");
     const fj::codegen::Plan plan = fj::codegen::make_plan({{"o", fj::std(fj::window(fj::input("A"), 4))}});
-    const fj::ir::Kernel& k = plan.regions[0].kernel;
+    const fj::ir::Kernel& k = plan.steps[0].kernel;
     cu::CudaSettings s;
     s.unroll = 1;
     const std::string key = cu::cuda_kernel_key(k, fj::DType::F32, "sm_90", true, s);
@@ -283,6 +283,15 @@ TEST_CASE("a real NVRTC kernel through the disk cache, corrupted and recompiled"
     CHECK(compiles == 2);
 }
 
+}  // TEST_SUITE
+
+#else
+
+TEST_SUITE("cuda_cache") {
+TEST_CASE("kernel cache: compiled out (no CUDA backend)") {
+    MESSAGE("skipped: built without the CUDA backend (FJ_WITH_CUDA=OFF or no cuda.h): "
+            "the kernel cache tests are compiled out");
+}
 }  // TEST_SUITE
 
 #endif  // FJ_WITH_CUDA

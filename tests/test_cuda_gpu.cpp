@@ -133,15 +133,11 @@ TEST_CASE_TEMPLATE_DEFINE("all operators in one program: host panels, device pan
     // Kernels specialised on the panels' leading dimensions (what big panels get by default).
     ::setenv("FJ_CUDA_FIXED_LD", "1", 1);
     all_cases<T>({}, true, false);
-    // ... with their loads staged in shared memory (cp.async).
-    ::setenv("FJ_CUDA_STAGES", "2", 1);
-    all_cases<T>({}, true, false);
-    ::unsetenv("FJ_CUDA_STAGES");
     ::unsetenv("FJ_CUDA_FIXED_LD");
 }
 TEST_CASE_TEMPLATE_APPLY(cuda_all, fj::test::CudaTargets);
 
-TEST_CASE_TEMPLATE_DEFINE("specialised kernels of small programs: default, batched edges, launch bounds, cache hints", T, cuda_small_fixed) {
+TEST_CASE_TEMPLATE_DEFINE("specialised kernels of small programs: default, batched edges, cache hints", T, cuda_small_fixed) {
     if (!have_gpu()) return;
     // The shapes only small bodies get (fj_rsqrt, warm-up batches; FJ_CUDA_EDGES: masked last rows), and
     // L2 eviction hints on short windows too (FJ_CUDA_CACHE_HINTS=1).
@@ -154,7 +150,7 @@ TEST_CASE_TEMPLATE_DEFINE("specialised kernels of small programs: default, batch
     for (const char* edges : {"0", "1"}) {
         CAPTURE(edges);
         ::setenv("FJ_CUDA_EDGES", edges, 1);
-        if (std::string(edges) == "1") ::setenv("FJ_CUDA_LAUNCH_BOUNDS", "512", 1), ::setenv("FJ_CUDA_CACHE_HINTS", "1", 1);
+        if (std::string(edges) == "1") ::setenv("FJ_CUDA_CACHE_HINTS", "1", 1);
         for (GpuData& d : gpu_data()) {
 #ifdef FJ_WITH_CUDA
             d.check.runner = run_on_device;
@@ -162,7 +158,7 @@ TEST_CASE_TEMPLATE_DEFINE("specialised kernels of small programs: default, batch
             for (const auto& c : some) fj::test::check_against_reference({c}, d.ds, T::dtype, T::options(), d.check);
         }
     }
-    for (const char* v : {"FJ_CUDA_FIXED_LD", "FJ_CUDA_EDGES", "FJ_CUDA_LAUNCH_BOUNDS", "FJ_CUDA_CACHE_HINTS"}) ::unsetenv(v);
+    for (const char* v : {"FJ_CUDA_FIXED_LD", "FJ_CUDA_EDGES", "FJ_CUDA_CACHE_HINTS"}) ::unsetenv(v);
 }
 TEST_CASE_TEMPLATE_APPLY(cuda_small_fixed, fj::test::CudaTargets);
 

@@ -18,8 +18,8 @@ namespace {
 // The split of the one kernel of `e`, as a float32 window scan specialised on a leading dimension.
 fj::codegen::WindowSplit split_of(const fj::Expr& e) {
     const fj::codegen::Plan plan = fj::codegen::make_plan({{"o", e}}, fj::DType::F32);
-    REQUIRE(plan.regions.size() == 1);
-    const fj::ir::Kernel& k = plan.regions[0].kernel;
+    REQUIRE(plan.steps.size() == 1);
+    const fj::ir::Kernel& k = plan.steps[0].kernel;
     fj::codegen::CudaEmitOptions o;
     o.dtype = fj::DType::F32;
     o.strides.assign(k.inputs.size() + k.outputs.size(), 50000);
@@ -171,7 +171,7 @@ TEST_CASE("quiet rows: corr's full window, never reset, and its constant-window 
     using fj::codegen::QuietState;
     const fj::Expr A = fj::input("A"), B = fj::input("B");
     const fj::codegen::Plan plan = fj::codegen::make_plan({{"o", fj::corr(fj::window(A, 250), fj::window(B, 250))}}, fj::DType::F32);
-    const fj::ir::Kernel& k = plan.regions[0].kernel;
+    const fj::ir::Kernel& k = plan.steps[0].kernel;
     std::vector<fj::codegen::RunCounter> counters;
     std::vector<fj::codegen::CountTest> tests;
     counters_of(k, &counters, &tests);

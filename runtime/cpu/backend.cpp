@@ -1,4 +1,6 @@
-// The CPU backend: kernels compiled by LLVM, run as tasks over column blocks x time tiles.
+// The CPU backend: a plan's steps as kernels compiled by LLVM (codegen/cpu/emit.cpp, runtime/cpu/compile.cpp),
+// each run as tasks over column blocks x time tiles; intermediates between steps in memory of their own,
+// freed after their last reader.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -33,15 +35,12 @@ public:
         : plan_(plan), options_(options) {
         auto& jit = cpu::LlvmJit::instance();
         lanes_ = jit.lanes();
-        auto index_of = [](const std::vector<std::string>& names, const std::string& name) {
-            return static_cast<std::size_t>(std::find(names.begin(), names.end(), name) - names.begin());
-        };
-        for (const codegen::Region& r : plan_.regions) {
-            kernels_.push_back(jit.get(r.kernel, dtype));
-            // Which of run()'s panels each kernel slot reads or writes: resolved once, not every run.
+        for (const codegen::Step& step : plan_.steps) {
+            kernels_.push_back(jit.get(step.kernel, dtype));
+            // Where each kernel slot's panel lives: resolved once, not every run.
             Slots s;
-            for (const std::string& n : r.kernel.inputs) s.in.push_back(index_of(plan_.inputs, n));
-            for (const std::string& n : r.kernel.outputs) s.out.push_back(index_of(plan_.outputs, n));
+            for (const std::string& n : step.kernel.inputs) s.in.push_back(plan_.slot_of(n));
+            for (const std::string& n : step.kernel.outputs) s.out.push_back(plan_.slot_of(n));
             slots_.push_back(std::move(s));
         }
     }
@@ -51,19 +50,35 @@ public:
         const std::int64_t cols = inputs.empty() ? outputs.front().cols : inputs.front().cols;
         if (rows == 0 || cols == 0) return;
         ThreadPool& pool = ThreadPool::shared(thread_count(options_.threads));
-        for (std::size_t ri = 0; ri < plan_.regions.size(); ++ri) {
-            const ir::Kernel& k = plan_.regions[ri].kernel;
+        // Intermediates: dense panels (ld = cols) of the run's dtype, made by their producing step and
+        // dropped after their last reader.
+        const std::size_t elem = dtype_size(outputs.front().dtype);
+        std::vector<std::vector<std::byte>> tmp(plan_.intermediates.size());
+        auto panel = [&](const codegen::Plan::Slot& at) -> std::pair<void*, std::int64_t> {
+            const std::size_t i = static_cast<std::size_t>(at.index);
+            switch (at.kind) {
+            case codegen::Plan::Slot::Input: return {inputs[i].data, inputs[i].ld};
+            case codegen::Plan::Slot::Output: return {outputs[i].data, outputs[i].ld};
+            case codegen::Plan::Slot::Intermediate: break;
+            }
+            if (tmp[i].empty()) tmp[i].resize(static_cast<std::size_t>(rows * cols) * elem);
+            return {tmp[i].data(), cols};
+        };
+        for (std::size_t si = 0; si < plan_.steps.size(); ++si) {
+            const ir::Kernel& k = plan_.steps[si].kernel;
             std::vector<const void*> in_ptr;
             std::vector<std::int64_t> in_ld;
-            for (std::size_t at : slots_[ri].in) {
-                in_ptr.push_back(inputs[at].data);
-                in_ld.push_back(inputs[at].ld);
+            for (const codegen::Plan::Slot& at : slots_[si].in) {
+                const auto [p, ld] = panel(at);
+                in_ptr.push_back(p);
+                in_ld.push_back(ld);
             }
             std::vector<void*> out_ptr;
             std::vector<std::int64_t> out_ld;
-            for (std::size_t at : slots_[ri].out) {
-                out_ptr.push_back(outputs[at].data);
-                out_ld.push_back(outputs[at].ld);
+            for (const codegen::Plan::Slot& at : slots_[si].out) {
+                const auto [p, ld] = panel(at);
+                out_ptr.push_back(p);
+                out_ld.push_back(ld);
             }
             const std::int64_t tile = options_.tile_rows > 0 ? options_.tile_rows : auto_tile_rows(k.halo);
             const std::int64_t block =
@@ -71,7 +86,7 @@ public:
             const std::int64_t tiles = (rows + tile - 1) / tile, blocks = (cols + block - 1) / block;
             const std::int64_t scratch = cpu::scratch_doubles(k, lanes_, block);
             std::vector<std::vector<double>> scratch_of(pool.size());
-            const cpu::KernelFn fn = kernels_[ri].fn;
+            const cpu::KernelFn fn = kernels_[si].fn;
             pool.parallel_for(tiles * blocks, [&](std::int64_t task, int worker) {
                 // Blocks vary fastest: neighbouring tasks share rows, which helps the shared cache.
                 const std::int64_t b = task % blocks, t = task / blocks;
@@ -90,6 +105,10 @@ public:
                 a.scratch = buf.data();
                 fn(&a);
             });
+            for (std::size_t m = 0; m < plan_.intermediates.size(); ++m) {
+                const codegen::Intermediate& t = plan_.intermediates[m];
+                if (std::max(t.producer, t.last_reader) == static_cast<int>(si)) std::vector<std::byte>().swap(tmp[m]);
+            }
         }
     }
 
@@ -97,7 +116,7 @@ public:
         std::string out = fmt::format("backend cpu (LLVM ORC, {} lanes of float64, cpu {})\n", lanes_,
                                       cpu::LlvmJit::instance().cpu_name());
         for (std::size_t i = 0; i < kernels_.size(); ++i)
-            out += fmt::format("  kernel {}: {}\n", plan_.regions[i].kernel.name,
+            out += fmt::format("  step {} kernel {}: {}\n", i, plan_.steps[i].kernel.name,
                                kernels_[i].cache_hit ? std::string("cache hit")
                                                      : fmt::format("compiled in {:.1f} ms", kernels_[i].compile_ms));
         return out;
@@ -109,7 +128,7 @@ private:
     int lanes_ = 4;
     std::vector<cpu::CompiledKernel> kernels_;
     struct Slots {
-        std::vector<std::size_t> in, out;  // kernel slot -> index into run()'s inputs / outputs
+        std::vector<codegen::Plan::Slot> in, out;  // kernel slot -> where its panel lives in a run
     };
     std::vector<Slots> slots_;
 };

@@ -9,24 +9,13 @@
 #include <fstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "dsl/error.hpp"
 #include "runtime/cuda/cuda_api.hpp"
+#include "runtime/thread_pool.hpp"
 
 namespace fj::rt::cuda {
-
-void parse_arch(const std::string& arch, int* major, int* minor) {
-    std::string digits;
-    if (arch.rfind("sm_", 0) == 0) digits = arch.substr(3);
-    else if (arch.rfind("compute_", 0) == 0) digits = arch.substr(8);
-    while (!digits.empty() && (digits.back() == 'a' || digits.back() == 'f')) digits.pop_back();  // sm_90a
-    const bool ok = digits.size() >= 2 && digits.size() <= 3 &&
-                    std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
-    if (!ok) throw Error(fmt::format("bad CUDA arch '{}': expected sm_XY such as sm_90", arch));
-    const int v = std::stoi(digits);
-    *major = v / 10;
-    *minor = v % 10;
-}
 
 NvrtcTarget nvrtc_target(int cc_major, int cc_minor) {
     const Nvrtc& n = nvrtc_api();
@@ -215,6 +204,87 @@ CubinResources cubin_resources(const std::vector<char>& b, const std::string& fu
         else if (s.name == ".nv.info." + function) parse(s);
     }
     return res;
+}
+
+std::vector<std::string> nvrtc_options(const std::string& arch, const CudaSettings& settings) {
+    std::vector<std::string> o = codegen::cuda_compile_options(arch, settings.fmad);
+    // NVRTC 12.4+: leave out the texture, device-runtime and driver-type declarations generated kernels
+    // never use; the front end's share of a cold compile falls from about 44 to 25-29 ms (NVRTC --time,
+    // the development machine; J1 on the H200 in bench/RESULTS.md).
+    if (nvrtc_api().version >= kNvrtcMinimalVersion) o.push_back("-minimal");
+    o.insert(o.end(), settings.extra_options.begin(), settings.extra_options.end());
+    return o;
+}
+
+KernelChoice choose_kernel(const ir::Kernel& kernel, DType dtype, const std::string& arch, const CudaSettings& settings,
+                           const std::vector<long long>& strides) {
+    return codegen::select_kernel(kernel, dtype, {strides, true}, {arch, 0}, settings);
+}
+
+std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::string& arch, bool cubin,
+                            const KernelChoice& choice) {
+    const Nvrtc& n = nvrtc_api();
+    std::string opts;
+    for (const std::string& o : nvrtc_options(arch, choice.settings)) opts += o + ' ';
+    std::string key = fmt::format("fj-cuda ir={:016x} dtype={} codegen={} target={}{} nvrtc={} opts=[{}] shape={}",
+                                  kernel.hash(), dtype_name(dtype), codegen::kCudaCodegenVersion, arch, cubin ? "" : "(ptx)",
+                                  n.version, opts, static_cast<int>(choice.shape));
+    if (choice.fixed()) key += fmt::format(" ld=[{}]", fmt::join(choice.options.strides, ","));
+    return key + codegen::cache_key_text(choice.settings, choice.fixed());
+}
+
+std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::string& arch, bool cubin,
+                            const CudaSettings& settings, const std::vector<long long>& strides) {
+    return cuda_kernel_key(kernel, dtype, arch, cubin, choose_kernel(kernel, dtype, arch, settings, strides));
+}
+
+namespace {
+double ms_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+CudaCompiled compile_cuda_kernel(const ir::Kernel& kernel, DType dtype, const std::string& arch, bool cubin,
+                                 const KernelChoice& choice) {
+    CudaCompiled c;
+    c.function = codegen::cuda_kernel_name(kernel);
+    c.key = cuda_kernel_key(kernel, dtype, arch, cubin, choice);
+    c.choice = choice;
+    const auto t0 = std::chrono::steady_clock::now();
+    c.source = codegen::emit_cuda(kernel, c.choice.options, &c.shape);
+    c.emit_ms = ms_since(t0);
+    c.dump_path = dump_source(fmt::format("{}-{:016x}", c.function, fnv1a64(c.key.data(), c.key.size())), c.source);
+    NvrtcOutput out = nvrtc_compile(c.source, c.function, nvrtc_options(arch, choice.settings), cubin, c.dump_path);
+    c.compile_ms = out.ms;
+    c.log = std::move(out.log);
+    c.entry.function = c.function;
+    c.entry.cubin = out.cubin;
+    c.entry.smem_per_thread = c.shape.smem_per_thread;
+    c.entry.image = std::move(out.image);
+    if (c.entry.cubin) {
+        const CubinResources r = cubin_resources(c.entry.image, c.function);
+        c.registers = r.registers;
+        c.stack_bytes = r.stack_bytes;
+    }
+    return c;
+}
+
+CudaCompiled compile_cuda_kernel(const ir::Kernel& kernel, DType dtype, const std::string& arch, bool cubin,
+                                 const CudaSettings& settings, const std::vector<long long>& strides) {
+    return compile_cuda_kernel(kernel, dtype, arch, cubin, choose_kernel(kernel, dtype, arch, settings, strides));
+}
+
+std::vector<CudaCompiled> compile_cuda_kernels(const std::vector<const ir::Kernel*>& kernels, DType dtype,
+                                               const std::string& arch, bool cubin, const CudaSettings& settings,
+                                               long long fixed_ld) {
+    std::vector<CudaCompiled> out(kernels.size());
+    ThreadPool::shared(thread_count(0)).parallel_for(static_cast<std::int64_t>(kernels.size()), [&](std::int64_t i, int) {
+        const ir::Kernel& k = *kernels[static_cast<std::size_t>(i)];
+        std::vector<long long> strides;
+        if (fixed_ld > 0) strides.assign(k.inputs.size() + k.outputs.size(), fixed_ld);
+        out[static_cast<std::size_t>(i)] = compile_cuda_kernel(k, dtype, arch, cubin, settings, strides);
+    });
+    return out;
 }
 
 }  // namespace fj::rt::cuda

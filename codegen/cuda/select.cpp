@@ -1,0 +1,104 @@
+#include "codegen/cuda/select.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "dsl/error.hpp"
+
+namespace fj::codegen {
+
+void parse_arch(const std::string& arch, int* major, int* minor) {
+    std::string digits;
+    if (arch.rfind("sm_", 0) == 0) digits = arch.substr(3);
+    else if (arch.rfind("compute_", 0) == 0) digits = arch.substr(8);
+    while (!digits.empty() && (digits.back() == 'a' || digits.back() == 'f')) digits.pop_back();  // sm_90a
+    const bool ok = digits.size() >= 2 && digits.size() <= 3 &&
+                    std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!ok) throw Error(fmt::format("bad CUDA arch '{}': expected sm_XY such as sm_90", arch));
+    const int v = std::stoi(digits);
+    *major = v / 10;
+    *minor = v % 10;
+}
+
+const char* kernel_shape_name(KernelShape shape) {
+    switch (shape) {
+    case KernelShape::ColumnScan: return "column scan";
+    case KernelShape::WindowScan: return "window scan";
+    case KernelShape::ChainedScan: return "chained window scan";
+    }
+    return "?";
+}
+
+bool specialise_for(std::int64_t rows, std::int64_t cols, const CudaSettings& settings) {
+    if (settings.fixed_ld >= 0) return settings.fixed_ld == 1;
+    return static_cast<double>(rows) * static_cast<double>(cols) >= static_cast<double>(kSpecializeElements);
+}
+
+CudaSettings specialised_settings(const CudaSettings& settings) {
+    CudaSettings s = settings;
+    if (!s.unroll_given) s.unroll = kSpecializedUnroll;
+    return s;
+}
+
+int long_window_inputs(const ir::Kernel& kernel) {
+    std::set<std::int32_t> slots;
+    for (const ir::Inst& x : kernel.body)
+        if (x.op == ir::Prim::Input && x.lag >= kWindowScanMinLag) slots.insert(x.slot);
+    return static_cast<int>(slots.size());
+}
+
+KernelChoice select_kernel(const ir::Kernel& kernel, DType dtype, const PanelClass& panels, const DeviceFacts& device,
+                           const CudaSettings& settings) {
+    KernelChoice c;
+    const bool fixed = !panels.strides.empty();
+    c.settings = fixed ? specialised_settings(settings) : settings;
+    const CudaSettings& s = c.settings;
+    CudaEmitOptions& eo = c.options;
+    eo.dtype = dtype;
+    eo.unroll = s.unroll;
+    eo.strides = panels.strides;
+    eo.big_body_shapes = s.big_body_shapes;
+    eo.one_loop = s.one_loop;
+    eo.rsqrt_refine = s.rsqrt_refine;
+    if (!fixed) return c;
+    eo.l2_prefetch_rows = s.l2_prefetch < 0 ? kSpecializedL2Prefetch : s.l2_prefetch;
+    eo.batched_edges = s.batched_edges;
+    eo.warm_only_rows = s.warm_rows;
+    eo.echo_rings = s.echo;
+    eo.quiet_batches = s.quiet;
+    eo.cache_hints = s.cache_hints >= 0 ? s.cache_hints == 1 : kernel.max_input_lag >= kCacheHintMinLag;
+
+    int major = 0, minor = 0;
+    parse_arch(device.arch, &major, &minor);
+    const bool wanted = s.window_scan == 1 || (s.window_scan == -1 && long_window_inputs(kernel) >= kWindowScanMinInputs);
+    if (major * 10 + minor < kWindowScanMinArch || !panels.tensor_copies || !wanted) return c;
+    // A window scan needs its rings in one block's shared memory: a device that allows less per block than a
+    // variant needs (kWindowScanMaxSharedBytes is sized for sm_90) gets the next variant, then the column scan.
+    auto fits = [&](const WindowScanLayout& l) {
+        return l.smem_bytes > 0 && (device.max_block_smem <= 0 || l.smem_bytes <= device.max_block_smem);
+    };
+    CudaEmitOptions scan = eo;
+    scan.window_scan = true;
+    scan.window_scan_ahead = s.scan_ahead;
+    if (s.scan_chain != 0) {
+        CudaEmitOptions chain = scan;  // the chained variant, where the kernel's sums split
+        chain.window_scan_chain = true;
+        WindowScanLayout l = cuda_window_scan_layout(kernel, chain);
+        if (fits(l) && (s.scan_chain == 1 || l.sums >= kChainMinSums)) {
+            c.shape = KernelShape::ChainedScan;
+            c.options = std::move(chain);
+            c.scan = std::move(l);
+            return c;
+        }
+    }
+    if (WindowScanLayout l = cuda_window_scan_layout(kernel, scan); fits(l)) {
+        c.shape = KernelShape::WindowScan;
+        c.options = std::move(scan);
+        c.scan = std::move(l);
+    }
+    return c;
+}
+
+}  // namespace fj::codegen
