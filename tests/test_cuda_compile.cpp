@@ -317,6 +317,8 @@ TEST_CASE("cache keys separate dtype, arch and code-generation settings") {
           cu::cuda_kernel_key(k, fj::DType::F32, "sm_90", true, s2, {64, 64}));
     // Every setting of the declaration list that changes code is in the keys of the kernels it changes, and
     // only there (codegen/cuda/settings.hpp): generated from the list, so a new setting is covered too.
+    // (unroll_given: FJ_CUDA_UNROLL as if set, so that specialised kernels take the unroll given.)
+    s.unroll_given = true;
 #define FJ_KEY_CHANGE(type, field, env, def, lo, hi, scope, doc)                                                   \
     {                                                                                                           \
         INFO(env);                                                                                              \
@@ -394,7 +396,7 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
         CHECK(std5.shape.echo_rings == 0);
         CHECK(std5.shape.batch_rows == 16);
         CHECK(std5.shape.smem_per_thread == 0);
-        fj::codegen::CudaEmitOptions short_ring = std5.emitted;
+        fj::codegen::CudaEmitOptions short_ring = std5.choice.options;
         short_ring.echo_min_lag = 1;
         const fj::codegen::CudaColumnScanShape ring5 = fj::codegen::cuda_column_scan_shape(std5_plan.steps[0].kernel, short_ring);
         CHECK(ring5.echo_rings == 1);
