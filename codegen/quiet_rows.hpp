@@ -16,26 +16,9 @@
 #include <vector>
 
 #include "codegen/kernel_ir.hpp"
+#include "codegen/state_kinds.hpp"  // RunCounter, CountTest
 
 namespace fj::codegen {
-
-// A run counter: count := cond ? 0 : count + 1, with `count` the instruction of its new value.
-struct RunCounter {
-    int state = -1;
-    std::int32_t count = -1, cond = -1;
-};
-
-// A test of a counter's count against a constant: compare = (count >= at_least) != negate.
-struct CountTest {
-    std::int32_t compare = -1;
-    int state = -1;
-    int at_least = 0;
-    bool negate = false;
-};
-
-// Whether instruction `use` compares counter `state`'s count (instruction `count`) with an integer
-// constant, and as what test (compare = use); the constant may stand on either side.
-bool as_count_test(const ir::Kernel& kernel, std::int32_t use, std::int32_t count, int state, CountTest* test);
 
 enum class QuietState {
     NoReset,       // no reset on the batch's rows nor on the `clear_rows` rows before them

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "codegen/kernel_ir.hpp"
+#include "codegen/state_kinds.hpp"  // WindowSum
 
 namespace fj::codegen {
 
@@ -21,12 +22,6 @@ namespace fj::codegen {
 struct SumTerm {
     int sign = 1;
     std::int32_t a = -1, b = -1;
-};
-
-// A window sum: its state and the root its one StoreState stores (a chain of Add / Sub / Fma onto its load).
-struct WindowSum {
-    int state = -1;
-    std::int32_t root = -1;
 };
 
 struct WindowSplit {

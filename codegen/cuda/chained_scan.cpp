@@ -1,4 +1,4 @@
-// The chained window scan: kernel IR -> CUDA C++ for long windows whose sums split (see cuda_emit.hpp,
+// The chained window scan: kernel IR -> CUDA C++ for long windows whose sums split (see codegen/cuda/emit.hpp,
 // CudaEmitOptions::window_scan_chain; the design of bench/proto/chain_corr.cu, measured there).
 //
 // Why: the window scan (window_scan.cpp) runs a batch's 32 rows as 8 segments on 8 warps and combines
@@ -29,7 +29,9 @@
 // value is set). One block of W warps per SM: its rings hold the w rows of the window and W + ahead batches.
 #include <fmt/ranges.h>
 
-#include "codegen/cuda/emitter.hpp"
+#include "codegen/cuda/window_scan.hpp"
+
+#include "dsl/error.hpp"
 
 namespace fj::codegen::detail {
 
@@ -41,17 +43,20 @@ constexpr int kNone = -(1 << 30);  // a run counter's "no reset in this batch"
 constexpr int kChainGroupMax = 6;
 }  // namespace
 
-void Emitter::chain_plan() {
-    ChainPlan& H = chain_;
-    H = ChainPlan{};
-    H.split = scan_window_split();  // (plans the window scan first)
-    const ScanPlan& P = scan_;
-    auto fail = [&](std::string why) { H.why_not = std::move(why); };
+ChainPlan plan_chained_scan(const KernelFacts& f, const WindowScanPlan& P) {
+    const ir::Kernel& k_ = f.kernel;
+    const CudaEmitOptions& o_ = f.options;
+    ChainPlan H;
+    H.split = window_sum_split(f, P);
+    auto fail = [&](std::string why) {
+        H.why_not = std::move(why);
+        return H;
+    };
     if (!P.ok) return fail(P.why_not);
     if (!H.split.ok) return fail("its window sums do not split into entering and leaving terms: " + H.split.why_not);
     for (std::size_t q = 0; q < P.sums.size(); ++q)  // (integer sums: counts, kept exactly as float64)
         for (const SumTerm& t : H.split.entering[q])
-            if (t.b >= 0 && (is_int(t.a) || is_int(t.b)))
+            if (t.b >= 0 && (f.is_int(t.a) || f.is_int(t.b)))
                 return fail(fmt::format("window sum s{} has an integer product", P.sums[q].state));
     const int w = H.split.window;
     for (int r = kWindowScanBatchRows; r >= kWindowScanChainMinRows && H.rows == 0; --r)
@@ -86,9 +91,9 @@ void Emitter::chain_plan() {
             in_e[static_cast<std::size_t>(t.a)] = true;
             if (t.b >= 0) in_e[static_cast<std::size_t>(t.b)] = true;
         }
-    for (const ScanCounter& c : P.counters) in_e[static_cast<std::size_t>(c.cond)] = true;
-    operand_closure(in_e, [&](std::size_t i) { return P.predef[i] ? Reach::Leaf : Reach::Expand; });  // (first values: defined per row)
-    for (const ScanSticky& s : P.stickies) in_e[static_cast<std::size_t>(s.select)] = false;
+    for (const RunCounter& c : P.counters) in_e[static_cast<std::size_t>(c.cond)] = true;
+    f.operand_closure(in_e, [&](std::size_t i) { return P.predef[i] ? Reach::Leaf : Reach::Expand; });  // (first values: defined per row)
+    for (const StickyValue& s : P.stickies) in_e[static_cast<std::size_t>(s.select)] = false;
     // Shared memory, in this order: per input its ring (the mirrored rows, then the slots), the entering
     // sums by batch, the two hand-over slots of sums and of counters, the mbarriers, the ready row.
     const std::size_t QS = P.sums.size(), QC = P.counters.size();
@@ -106,33 +111,27 @@ void Emitter::chain_plan() {
     H.ok = true;
     if (o_.quiet_batches) {
         std::vector<RunCounter> counters;  // (counts only tested: the quiet copy of C does not keep them)
-        for (const ScanCounter& c : P.counters)
-            if (P.tested_counters.count(c.state)) counters.push_back({c.state, c.select, c.cond});
-        std::vector<CountTest> tests;
-        for (const ScanCountTest& t : P.count_tests) tests.push_back({t.compare, t.state, t.at_least, t.negate});
-        H.quiet = plan_quiet_rows(k_, counters, tests, w, scan_row_constants());
+        for (const RunCounter& c : P.counters)
+            if (P.tested_counters.count(c.state)) counters.push_back(c);
+        H.quiet = plan_quiet_rows(k_, counters, P.count_tests, w, row_constants(P));
     }
+    return H;
 }
 
-WindowScanLayout Emitter::chain_layout() {
-    chain_plan();
-    if (!chain_.ok) return {0, 0, 0, chain_.why_not};
-    return {chain_.smem_bytes, chain_.rows, static_cast<int>(scan_.sums.size()), ""};
-}
 
 // The ring values `phase` reads in row i of the row group (u_seg: its first row), each row once: input
 // `slot` at lag L from fj_g<slot>_<L>, the group's row 0 at that lag in the ring (rows a batch reads lie
 // in one slot, or in the end of the slot before and the start of its own: contiguous, with the ring's
 // first slot preceded by a copy of the last's last rows). NaN before the pass in guarded batches.
-void Emitter::chain_loads(int ind, const std::vector<bool>& phase, int i) {
+void ScanEmitter::chain_loads(int ind, const std::vector<bool>& phase, int i) {
     std::map<std::pair<int, int>, int> want;  // (input, row offset) -> a lag it is read at
     for (std::size_t x = 0; x < k_.body.size(); ++x)
         if (phase[x] && k_.body[x].op == Prim::Input) want.insert({{k_.body[x].slot, i - k_.body[x].lag}, k_.body[x].lag});
-    for (const ScanPrev& p : scan_.prevs) want.insert({{p.input, i - p.lag - 1}, p.lag + 1});
+    for (const PrevValue& p : scan_.prevs) want.insert({{p.input, i - p.lag - 1}, p.lag + 1});
     for (const auto& [at_row, lag] : want) {
         const auto [slot, off] = at_row;
         const std::string name = load_name(slot, off), at = fmt::format("fj_g{}_{}[{}]", slot, lag, i * kC);
-        if (guarded_ && off < 0)
+        if (mode_.guarded && off < 0)
             line(ind, "const float {} = u_seg >= {} ? {} : __int_as_float(0x7fc00000);", name, -off, at);
         else
             line(ind, "const float {} = {};", name, at);
@@ -141,7 +140,7 @@ void Emitter::chain_loads(int ind, const std::vector<bool>& phase, int i) {
 
 // Row i of a group, opened: the values the phase's instructions read (its inputs at every lag, previous
 // values, sticky first values).
-void Emitter::chain_row_begin(int ind, const std::vector<bool>& phase, int i, bool guarded) {
+void ScanEmitter::chain_row_begin(int ind, const std::vector<bool>& phase, int i, bool guarded) {
     line(ind, "{{  // row u_seg + {}", i);
     chain_loads(ind + 1, phase, i);
     scan_prev_values(ind + 1, i);
@@ -150,7 +149,7 @@ void Emitter::chain_row_begin(int ind, const std::vector<bool>& phase, int i, bo
 
 // The loop over a batch's row groups (H.group rows an iteration): the group's first row and its row
 // pointers at every lag read.
-void Emitter::chain_group_begin(int ind) {
+void ScanEmitter::chain_group_begin(int ind) {
     const ChainPlan& H = chain_;
     line(ind, "#pragma unroll 1");
     line(ind, "for (int fj_grp = 0; fj_grp < {}; fj_grp += {}) {{", H.rows, H.group);
@@ -163,19 +162,19 @@ void Emitter::chain_group_begin(int ind) {
 // One batch on its warp: A, K, C (see the file's header). Unguarded batches whose counters are all in their
 // quiet states on every lane (quiet_rows.hpp: A gathers what decides it) run C's rows with what that state
 // implies as constants: a warp vote picks that copy of C or the other.
-void Emitter::chain_batch(int ind, bool guarded) {
-    const ScanPlan& P = scan_;
+void ScanEmitter::chain_batch(int ind, bool guarded) {
+    const WindowScanPlan& P = scan_;
     const ChainPlan& H = chain_;
     const int QS = static_cast<int>(P.sums.size()), QC = static_cast<int>(P.counters.size());
     const std::size_t n = k_.body.size();
     const QuietRows* quiet = !guarded && H.quiet.ok ? &H.quiet : nullptr;
-    guarded_ = guarded;
+    mode_.guarded = guarded;
     const std::vector<bool>& in_e = H.in_entering;
     if (quiet) line(ind, "bool fj_quiet;  // this lane's counters are in their quiet states");
     line(ind, "{{  // A: the batch's entering sums and latest resets");
     int in = ind + 1;
-    for (const ScanSum& s : P.sums) line(in, "double fj_x{} = 0.0;", s.state);
-    for (const ScanCounter& c : P.counters) line(in, "int fj_m{} = {};", c.state, kNone);
+    for (const WindowSum& s : P.sums) line(in, "double fj_x{} = 0.0;", s.state);
+    for (const RunCounter& c : P.counters) line(in, "int fj_m{} = {};", c.state, kNone);
     if (quiet)
         for (const QuietCounter& c : quiet->counters)
             if (c.how == QuietState::ResetEveryRow) line(in, "bool fj_a{} = true;  // a reset on every row", c.state);
@@ -188,10 +187,10 @@ void Emitter::chain_batch(int ind, bool guarded) {
         for (std::size_t q = 0; q < P.sums.size(); ++q)
             for (const SumTerm& t : H.split.entering[q]) {
                 const int st = P.sums[q].state;
-                if (t.b < 0) line(in + 1, "fj_x{} {}= {}{};", st, t.sign > 0 ? "+" : "-", is_int(t.a) ? "(double)iv" : "v", t.a);
+                if (t.b < 0) line(in + 1, "fj_x{} {}= {}{};", st, t.sign > 0 ? "+" : "-", f_.is_int(t.a) ? "(double)iv" : "v", t.a);
                 else line(in + 1, "fj_x{} = fma({}v{}, v{}, fj_x{});", st, t.sign > 0 ? "" : "-", t.a, t.b, st);
             }
-        for (const ScanCounter& c : P.counters) line(in + 1, "if (v{}) fj_m{} = u_seg + {};", c.cond, c.state, i);
+        for (const RunCounter& c : P.counters) line(in + 1, "if (v{}) fj_m{} = u_seg + {};", c.cond, c.state, i);
         if (quiet)
             for (const QuietCounter& c : quiet->counters)
                 if (c.how == QuietState::ResetEveryRow) line(in + 1, "fj_a{} = fj_a{} && v{};", c.state, c.state, c.cond);
@@ -253,54 +252,54 @@ void Emitter::chain_batch(int ind, bool guarded) {
     } else {
         chain_rows(ind, nullptr);
     }
-    guarded_ = false;
+    mode_.guarded = false;
 }
 
 // C: the batch's rows from the sums through the batch before; with `quiet`, for a batch whose counters are
 // in their quiet states: their tests and what those imply are constants and the counters are not kept.
-void Emitter::chain_rows(int ind, const QuietRows* quiet) {
-    const ScanPlan& P = scan_;
+void ScanEmitter::chain_rows(int ind, const QuietRows* quiet) {
+    const WindowScanPlan& P = scan_;
     const ChainPlan& H = chain_;
     const std::size_t n = k_.body.size();
     auto still = [&](int state) { return quiet && quiet->has(state); };  // counters in their quiet states
-    quiet_rows_ = quiet;  // (inst() gives what is known its value)
+    mode_.quiet = quiet;  // (inst() gives what is known its value)
     line(ind, "{{  // C: the batch's rows and results{}", quiet ? " (quiet)" : "");
     int in = ind + 1;
-    for (const ScanSum& s : P.sums) {
+    for (const WindowSum& s : P.sums) {
         const auto st = static_cast<std::size_t>(s.state);
-        const char* ty = int_state_[st] ? (int32_state_[st] ? "int" : "long long") : "double";
+        const char* ty = f_.int_state[st] ? (f_.int32_state[st] ? "int" : "long long") : "double";
         line(in, "{} s{} = ({})fj_c{};  // {}", ty, s.state, ty, s.state, comment_safe(k_.states[st].what));
     }
     // Run counters: a formed count needs the latest reset in the batch so far; a count tested against a
     // constant C only the row of the group from which the count reaches C (the latest reset + C, relative to
     // the group's first row): a reset on row i sets it to i + C, each group moves it back by its rows.
-    for (const ScanCounter& c : P.counters)
+    for (const RunCounter& c : P.counters)
         if (!P.tested_counters.count(c.state)) line(in, "int fj_m{} = {};  // latest reset in the batch", c.state, kNone);
     std::set<std::pair<int, int>> bounds;  // (counter, at_least)
-    for (const ScanCountTest& t : P.count_tests)
+    for (const CountTest& t : P.count_tests)
         if (!still(t.state)) bounds.insert({t.state, t.at_least});
     for (const auto& [state, at_least] : bounds)
         line(in, "int fj_v{}_{} = fj_e{} + {} - u_batch;  // the count reaches {} from this row of the group on", state, at_least,
              state, at_least, at_least);
     std::vector<bool> tested(n, false), both(n, false);
-    for (const ScanCountTest& t : P.count_tests) tested[static_cast<std::size_t>(t.compare)] = true;
+    for (const CountTest& t : P.count_tests) tested[static_cast<std::size_t>(t.compare)] = true;
     for (std::size_t x = 0; x < n; ++x) both[x] = P.in_a[x] || P.in_c[x];
     chain_group_begin(in);
     ++in;
     for (std::size_t o = 0; o < k_.outputs.size(); ++o) line(in, "{}* const out{} = p.out{} + t * ld_out{} + j;", T_, o, o, o);
     for (int i = 0; i < H.group; ++i) {
-        chain_row_begin(in, both, i, guarded_);
+        chain_row_begin(in, both, i, mode_.guarded);
         for (std::size_t x = 0; x < n; ++x)
             if (P.in_a[x]) inst(in + 1, i, x);
-        for (const ScanCounter& c : P.counters) {
+        for (const RunCounter& c : P.counters) {
             if (P.tested_counters.count(c.state)) continue;
             line(in + 1, "if (v{}) fj_m{} = u_seg + {};", c.cond, c.state, i);
-            scan_predefine(in + 1, c.select, fmt::format("u_seg + {} - max(fj_e{}, fj_m{})", i, c.state, c.state));
+            scan_predefine(in + 1, c.count, fmt::format("u_seg + {} - max(fj_e{}, fj_m{})", i, c.state, c.state));
         }
-        for (const ScanCounter& c : P.counters)
+        for (const RunCounter& c : P.counters)
             for (const auto& [state, at_least] : bounds)
                 if (state == c.state) line(in + 1, "if (v{}) fj_v{}_{} = {};", c.cond, state, at_least, i + at_least);
-        for (const ScanCountTest& t : P.count_tests)
+        for (const CountTest& t : P.count_tests)
             if (still(t.state)) inst(in + 1, i, static_cast<std::size_t>(t.compare));
             else line(in + 1, "const bool v{} = {} {} fj_v{}_{};", t.compare, i, t.negate ? "<" : ">=", t.state, t.at_least);
         for (std::size_t x = 0; x < n; ++x)
@@ -311,21 +310,19 @@ void Emitter::chain_rows(int ind, const QuietRows* quiet) {
     --in;
     line(in, "}}");
     line(ind, "}}");
-    quiet_rows_ = nullptr;
+    mode_.quiet = nullptr;
 }
 
-std::string Emitter::run_chain() {
-    chain_plan();
+std::string ScanEmitter::run_chain() {
     if (!chain_.ok)
         throw BackendError(fmt::format("CUDA emitter: kernel {} cannot run as a chained window scan: {}", k_.name, chain_.why_not));
-    const ScanPlan& P = scan_;
+    const WindowScanPlan& P = scan_;
     const ChainPlan& H = chain_;
     const int R = H.rows, W = H.warps, NB = H.slots, NE = H.sum_slots;
     const int QS = static_cast<int>(P.sums.size()), QC = static_cast<int>(P.counters.size());
     const std::size_t ni = k_.inputs.size(), no = k_.outputs.size();
     if (o_.strides.size() != ni + no)
         throw BackendError(fmt::format("CUDA emitter: kernel {}: {} fixed strides for {} panels", k_.name, o_.strides.size(), ni + no));
-    scan_mode_ = true;
     header();
     line(0, "// Chained window scan (chained_scan.cpp): {} columns per block, {} warps each running whole batches of {} rows,",
          kC, W, R);
@@ -333,7 +330,7 @@ std::string Emitter::run_chain() {
     line(0, "extern \"C\" __global__ void __launch_bounds__({}, 1) {}(const __grid_constant__ fj_params_{} p) {{", kC * W, name_, name_);
     line(1, "FJ_SMEM_DECL;");
     const int kM = kWindowScanMirrorRows;
-    // (The layout of chain_plan(); offsets in the pointers' elements.)
+    // (The layout of plan_chained_scan(); offsets in the pointers' elements.)
     for (std::size_t q = 0; q < P.ring_inputs.size(); ++q) {
         const int slot = P.ring_inputs[q];
         line(1, "float* const fj_ring{} = reinterpret_cast<float*>(fj_smem) + {};  // [{} batches][{} rows][{}], after the last {} rows again",
@@ -406,8 +403,8 @@ std::string Emitter::run_chain() {
         line(in, "const float* const fj_s{}_{} = fj_ring{} + (b >= {} ? (b - {}) % {} : 0) * {} + lane;", slot, q, slot, q, q, NB, R * kC);
     for (const auto& [slot, lag] : P.reads)
         line(in, "const float* const fj_b{}_{} = fj_s{}_{} - {};", slot, lag, slot, lag / R, lag % R * kC);
-    for (const ScanSum& s : P.sums) line(in, "double fj_c{} = {};", s.state, lit(k_.states[s.state].init));
-    for (const ScanCounter& c : P.counters)
+    for (const WindowSum& s : P.sums) line(in, "double fj_c{} = {};", s.state, lit(k_.states[s.state].init));
+    for (const RunCounter& c : P.counters)
         line(in, "int fj_e{} = {};", c.state, -static_cast<long long>(k_.states[c.state].init) - 1);
     line(in, "if (u_seg >= fj_ready && u_seg >= {} && u_seg >= first_out && u_seg + {} <= n_pass) {{", P.reach, R);
     chain_batch(in + 1, false);
@@ -424,8 +421,7 @@ std::string Emitter::run_chain() {
     line(2, "}}");
     line(1, "}}");
     line(0, "}}");
-    scan_mode_ = false;
-    return std::move(s_);
+    return src_.take();
 }
 
 }  // namespace fj::codegen::detail

@@ -1,10 +1,15 @@
 #include "codegen/cuda/emit.hpp"
 
-#include "codegen/cuda/emitter.hpp"
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "codegen/cuda/column_scan.hpp"
+#include "codegen/cuda/kernel_facts.hpp"
+#include "codegen/cuda/window_scan.hpp"
+#include "dsl/error.hpp"
 
 namespace fj::codegen {
-
-using detail::Emitter;
 
 std::string cuda_kernel_name(const ir::Kernel& kernel) {
     std::string n;
@@ -17,26 +22,102 @@ std::string cuda_kernel_name(const ir::Kernel& kernel) {
     return n;
 }
 
+// The analyses of one kernel: its facts at once, each shape's plan when first asked for.
+struct CudaKernelAnalysis::Impl {
+    Impl(const ir::Kernel& k, const CudaEmitOptions& o) : options(o), facts(k, options) {}
+    const CudaEmitOptions options;  // (before facts, which keep a reference)
+    const detail::KernelFacts facts;
+    std::optional<detail::ColumnScanPlan> column;
+    std::optional<detail::WindowScanPlan> scan;
+    std::optional<detail::ChainPlan> chain;
+    const detail::ColumnScanPlan& column_plan() {
+        if (!column) column = detail::plan_column_scan(facts);
+        return *column;
+    }
+    const detail::WindowScanPlan& scan_plan() {
+        if (!scan) scan = detail::plan_window_scan(facts);
+        return *scan;
+    }
+    const detail::ChainPlan& chain_plan() {
+        if (!chain) chain = detail::plan_chained_scan(facts, scan_plan());
+        return *chain;
+    }
+};
+
+CudaKernelAnalysis::CudaKernelAnalysis(const ir::Kernel& kernel, const CudaEmitOptions& options)
+    : impl_(std::make_unique<Impl>(kernel, options)) {}
+CudaKernelAnalysis::CudaKernelAnalysis(CudaKernelAnalysis&&) noexcept = default;
+CudaKernelAnalysis& CudaKernelAnalysis::operator=(CudaKernelAnalysis&&) noexcept = default;
+CudaKernelAnalysis::~CudaKernelAnalysis() = default;
+const ir::Kernel& CudaKernelAnalysis::kernel() const { return impl_->facts.kernel; }
+const CudaEmitOptions& CudaKernelAnalysis::options() const { return impl_->options; }
+
+namespace {
+
+// The analysis of `analysis` is that of `o`: every option but the shape's (window_scan, window_scan_chain)
+// equal to those it was built with.
+CudaKernelAnalysis::Impl& analysis_for(const CudaKernelAnalysis& analysis, const CudaEmitOptions& o) {
+    const CudaEmitOptions& a = analysis.options();
+    const bool same = a.dtype == o.dtype && a.unroll == o.unroll && a.reg_ring_max == o.reg_ring_max && a.strides == o.strides &&
+                      a.l2_prefetch_rows == o.l2_prefetch_rows && a.batched_edges == o.batched_edges &&
+                      a.warm_only_rows == o.warm_only_rows && a.cache_hints == o.cache_hints &&
+                      a.big_body_shapes == o.big_body_shapes && a.echo_rings == o.echo_rings &&
+                      a.echo_min_lag == o.echo_min_lag && a.rsqrt_refine == o.rsqrt_refine && a.one_loop == o.one_loop &&
+                      a.window_scan_ahead == o.window_scan_ahead && a.quiet_batches == o.quiet_batches;
+    if (!same)
+        throw BackendError(fmt::format("CUDA emitter: kernel {}: options other than the analysis's (besides the kernel shape)",
+                                       analysis.kernel().name));
+    return analysis.impl();
+}
+
+}  // namespace
+
+CudaColumnScanShape cuda_column_scan_shape(const CudaKernelAnalysis& analysis, const CudaEmitOptions& options) {
+    return analysis_for(analysis, options).column_plan().shape();
+}
+
+std::string emit_cuda(const CudaKernelAnalysis& analysis, const CudaEmitOptions& options, CudaColumnScanShape* shape) {
+    CudaKernelAnalysis::Impl& a = analysis_for(analysis, options);
+    if (shape) *shape = {};
+    if (options.window_scan && options.window_scan_chain)
+        return detail::ScanEmitter(a.facts, a.scan_plan(), a.chain_plan()).run_chain();
+    if (options.window_scan) return detail::ScanEmitter(a.facts, a.scan_plan(), detail::ChainPlan{}).run_scan();
+    if (shape) *shape = a.column_plan().shape();
+    return detail::emit_column_scan(a.facts, a.column_plan());
+}
+
+WindowScanLayout cuda_window_scan_layout(const CudaKernelAnalysis& analysis, const CudaEmitOptions& options) {
+    CudaKernelAnalysis::Impl& a = analysis_for(analysis, options);
+    if (options.window_scan_chain) {
+        const detail::ChainPlan& h = a.chain_plan();
+        if (!h.ok) return {0, 0, 0, h.why_not};
+        return {h.smem_bytes, h.rows, static_cast<int>(a.scan_plan().sums.size()), ""};
+    }
+    const detail::WindowScanPlan& p = a.scan_plan();
+    if (!p.ok) return {0, 0, 0, p.why_not};
+    return {p.smem_bytes, kWindowScanBatchRows, static_cast<int>(p.sums.size()), ""};
+}
+
+WindowSplit cuda_window_sum_split(const CudaKernelAnalysis& analysis, const CudaEmitOptions& options) {
+    CudaKernelAnalysis::Impl& a = analysis_for(analysis, options);
+    return detail::window_sum_split(a.facts, a.scan_plan());
+}
+
+// The functions of a kernel and options alone: one analysis per call.
 CudaColumnScanShape cuda_column_scan_shape(const ir::Kernel& kernel, const CudaEmitOptions& options) {
-    return Emitter(kernel, options).column_scan_shape();
+    return cuda_column_scan_shape(CudaKernelAnalysis(kernel, options), options);
 }
 
 std::string emit_cuda(const ir::Kernel& kernel, const CudaEmitOptions& options, CudaColumnScanShape* shape) {
-    if (shape) *shape = {};
-    if (options.window_scan && options.window_scan_chain) return Emitter(kernel, options).run_chain();
-    if (options.window_scan) return Emitter(kernel, options).run_scan();
-    Emitter e(kernel, options);
-    if (shape) *shape = e.column_scan_shape();
-    return e.run();
+    return emit_cuda(CudaKernelAnalysis(kernel, options), options, shape);
 }
 
 WindowScanLayout cuda_window_scan_layout(const ir::Kernel& kernel, const CudaEmitOptions& options) {
-    Emitter e(kernel, options);
-    return options.window_scan_chain ? e.chain_layout() : e.scan_layout();
+    return cuda_window_scan_layout(CudaKernelAnalysis(kernel, options), options);
 }
 
 WindowSplit cuda_window_sum_split(const ir::Kernel& kernel, const CudaEmitOptions& options) {
-    return Emitter(kernel, options).scan_window_split();
+    return cuda_window_sum_split(CudaKernelAnalysis(kernel, options), options);
 }
 
 std::vector<std::string> cuda_compile_options(const std::string& arch, bool fmad) {

@@ -5,7 +5,7 @@
 // pow, floor, fabs) is all it calls. Compile it without fast-math (IEEE division, square root,
 // denormals); cuda_compile_options() gives the options the cache key is built from.
 //
-// Shape (DESIGN.md): thread j of the grid's x dimension owns column j (adjacent threads, adjacent columns:
+// Shape (docs/architecture.md): thread j of the grid's x dimension owns column j (adjacent threads, adjacent columns:
 // every row read is coalesced); blockIdx.y, striding by gridDim.y, picks time tiles. A tile owns the
 // output rows [out_begin, out_begin + tile_rows) and runs the kernel's body from
 // row_begin = max(0, out_begin - halo) to row_end = min(rows, out_begin + tile_rows), so the first
@@ -57,6 +57,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -121,7 +122,7 @@ struct CudaEmitOptions {
     bool echo_rings = false;
     int echo_min_lag = 8;
     // Float32 kernels' reciprocal square root (corr): the hardware estimate and one Newton step, or, off,
-    // the estimate alone. Off is within SEMANTICS.md's float32 bounds (1e-6 relative overall, 1e-5 per
+    // the estimate alone. Off is within docs/operators.md's float32 bounds (1e-6 relative overall, 1e-5 per
     // element; cross-checks pass) but loses what users see: on the H200 corr of a panel with itself was
     // exactly 1 in 37 % of the outputs instead of all, and up to 8.9e-7 (15 float32 steps) below it. So
     // off only as an experiment for whoever owns that contract (FJ_CUDA_RSQRT_REFINE=0; bench/RESULTS.md,
@@ -215,7 +216,7 @@ inline constexpr int kCudaMaxEchoUnroll = 24;
 // A valid C identifier from kernel.name ("fj_" prefixed when needed, at most 120 characters).
 std::string cuda_kernel_name(const ir::Kernel& kernel);
 
-// The column scan that emit_cuda generates for these options: rows per batch (the option's, after the limits
+// The column scan that emit_cuda generates for these options (with window_scan off): rows per batch (the option's, after the limits
 // of big bodies and the multiple echo rings need), its echo rings, its shared memory per thread.
 struct CudaColumnScanShape {
     int batch_rows = 1;
@@ -227,9 +228,38 @@ struct CudaColumnScanShape {
 CudaColumnScanShape cuda_column_scan_shape(const ir::Kernel& kernel, const CudaEmitOptions& options);
 
 // The whole translation unit for NVRTC. Throws fj::BackendError for IR it cannot emit (a malformed
-// operand index, a type mismatch): the IR verifier should have caught those first.
+// operand index, a type mismatch: ir::verify, kernel_ir.hpp, runs first).
 // `shape`, when given, receives the column scan's shape (defaults for window scans).
 std::string emit_cuda(const ir::Kernel& kernel, const CudaEmitOptions& options, CudaColumnScanShape* shape = nullptr);
+
+// One kernel's analyses, made once and shared by the queries above and emit_cuda: the facts about its IR
+// (codegen/cuda/kernel_facts.hpp: liveness, integer and float32 value forms, sticky states, run counters)
+// and, as each is first asked for, the plans of the column scan, the window scan and the chained scan. A
+// caller that asks for layouts and then emits (the kernel shape selection) builds one and passes it to
+// the overloads below; the functions above build one per call. The options given with it must be those it
+// was built with, except window_scan and window_scan_chain, which pick the shape (they throw
+// fj::BackendError otherwise). The kernel must outlive it; not for use by several threads at once.
+//     CudaKernelAnalysis a(kernel, options);
+//     CudaEmitOptions chain = options; chain.window_scan = chain.window_scan_chain = true;
+//     if (cuda_window_scan_layout(a, chain).smem_bytes > 0) source = emit_cuda(a, chain);
+class CudaKernelAnalysis {
+public:
+    CudaKernelAnalysis(const ir::Kernel& kernel, const CudaEmitOptions& options);
+    CudaKernelAnalysis(CudaKernelAnalysis&&) noexcept;
+    CudaKernelAnalysis& operator=(CudaKernelAnalysis&&) noexcept;
+    ~CudaKernelAnalysis();
+    const ir::Kernel& kernel() const;
+    const CudaEmitOptions& options() const;
+    struct Impl;  // (codegen/cuda/emit.cpp)
+    Impl& impl() const { return *impl_; }
+
+private:
+    std::unique_ptr<Impl> impl_;
+};
+WindowScanLayout cuda_window_scan_layout(const CudaKernelAnalysis& analysis, const CudaEmitOptions& options);
+WindowSplit cuda_window_sum_split(const CudaKernelAnalysis& analysis, const CudaEmitOptions& options);
+CudaColumnScanShape cuda_column_scan_shape(const CudaKernelAnalysis& analysis, const CudaEmitOptions& options);
+std::string emit_cuda(const CudaKernelAnalysis& analysis, const CudaEmitOptions& options, CudaColumnScanShape* shape = nullptr);
 
 
 // Words in the parameter block of `kernel` (see the ABI above).

@@ -1,4 +1,4 @@
-// The window-scan kernel: kernel IR -> CUDA C++ for long windows (see cuda_emit.hpp, "Window-scan kernels").
+// The window-scan kernel: kernel IR -> CUDA C++ for long windows (see codegen/cuda/emit.hpp, "Window-scan kernels").
 //
 // Why: the column-scan kernel re-reads each row from global memory as it leaves a window. With 512 threads
 // per SM in flight, a 250-row window keeps 132 x 512 x 250 rows x 8 bytes = 135 MB of rows to re-read, far
@@ -12,7 +12,7 @@
 // value, from which its outputs follow. Measured on the H200 as bench/proto/scan_corr.cu before it was
 // generated (bench/RESULTS.md).
 //
-// Which kernels (scan_plan()): every state is one of
+// Which kernels (plan_window_scan()): every state is one of
 //   * a window sum: its one store is s + terms (Add, Sub, Fma chains onto its load) whose terms read no
 //     state; the scan adds the segments' sums, so results differ from a sequential run only by rounding
 //     (the window sums of lower_ops.cpp are of shifted values, where float64 is nearly exact);
@@ -21,7 +21,7 @@
 //     per-column search from the pass's first row, so every row sees the value a sequential run gives it;
 //   * a previous value `s := input[t]`: read as input[t - 1] (the state's init on the pass's first row);
 // there are no rings, and every lagged input is read only where RowInPass masks its value before the pass
-// (pass_only_loads()): the rings hold the pass's rows only.
+// (KernelFacts::pass_only_lags()): the rings hold the pass's rows only.
 //
 // Block: 8 warps (kWindowScanWarps; `segs` below, each running `seg_rows` rows of a batch)
 // of 32 columns, batches copied ahead by lane 0 of a warp per input (scan_loader(); as many batches as fit,
@@ -34,7 +34,12 @@
 // barrier there cost 1 % (bench/RESULTS.md). Batches run without guards from the row on which every column
 // of the block has its first values (found once per pass), the window's reach and the first output row, up
 // to the pass's last whole batch; the others are guarded.
-#include "codegen/cuda/emitter.hpp"
+#include "codegen/cuda/window_scan.hpp"
+
+#include <algorithm>
+#include <functional>
+
+#include "dsl/error.hpp"
 
 namespace fj::codegen::detail {
 
@@ -46,14 +51,22 @@ constexpr int kNone = -(1 << 30);       // a run counter's "no reset in this seg
 static_assert(kB % kWindowScanWarps == 0 && kB / kWindowScanWarps <= kM, "a batch splits into segments of at most kM rows");
 }  // namespace
 
-void Emitter::scan_plan() {
-    ScanPlan& P = scan_;
-    P = ScanPlan{};
+namespace {
+void count_tests(const KernelFacts& f, WindowScanPlan& P);  // (below)
+}  // namespace
+
+WindowScanPlan plan_window_scan(const KernelFacts& f) {
+    const ir::Kernel& k_ = f.kernel;
+    const CudaEmitOptions& o_ = f.options;
+    WindowScanPlan P;
     P.segments = kWindowScanWarps;
     P.segment_rows = kB / P.segments;
     const int segs = P.segments;
     const std::size_t n = k_.body.size();
-    auto fail = [&](std::string why) { P.why_not = std::move(why); };
+    auto fail = [&](std::string why) {
+        P.why_not = std::move(why);
+        return P;
+    };
     if (o_.dtype != DType::F32) return fail("float32 panels only (a float64 window would halve the columns per SM)");
     if (o_.strides.empty()) return fail("needs fixed leading dimensions");
     if (!k_.rings.empty()) return fail("the kernel keeps rings");
@@ -61,9 +74,9 @@ void Emitter::scan_plan() {
 
     std::vector<int> stores(k_.states.size(), 0), loads(k_.states.size(), 0);
     std::vector<std::int32_t> store_of(k_.states.size(), -1);
-    const std::vector<int> uses = use_counts();
+    const std::vector<int> uses = f.use_counts();
     for (std::size_t i = 0; i < n; ++i) {
-        if (!live_[i]) continue;
+        if (!f.live[i]) continue;
         const Inst& x = k_.body[i];
         if (x.op == Prim::StoreState) ++stores[x.slot], store_of[x.slot] = static_cast<std::int32_t>(i);
         if (x.op == Prim::LoadState) ++loads[x.slot];
@@ -87,11 +100,11 @@ void Emitter::scan_plan() {
             if (v.lag != 0) return fail(state_name(static_cast<int>(st)) + " keeps an input from more than a row back");
             kind[st] = Kind::Prev;
             P.prevs.push_back({static_cast<int>(st), v.slot, v.lag});
-        } else if (sticky_state_[st] && live_sticky_[st]) {
+        } else if (f.sticky_state[st] && f.live_sticky[st]) {
             const std::int32_t sel = k_.body[store_of[st]].a;
             const Inst& s = k_.body[sel];
             const Inst& c = k_.body[s.a];
-            const std::int32_t cond = sticky_of_[static_cast<std::size_t>(c.a)] == static_cast<int>(st) ? c.b : c.a;
+            const std::int32_t cond = f.sticky_of[static_cast<std::size_t>(c.a)] == static_cast<int>(st) ? c.b : c.a;
             // The load feeds only the NaN test and the select; the test only the And; the And only the select.
             const std::int32_t test = cond == c.a ? c.b : c.a;
             if (loads[st] != 1 || uses[static_cast<std::size_t>(k_.body[test].a)] != 2 ||
@@ -110,7 +123,7 @@ void Emitter::scan_plan() {
             stateful[i] = kind[x.slot] != Kind::Prev;
             continue;
         }
-        if (x.op == Prim::Select && sticky_of_[i] >= 0 && kind[sticky_of_[i]] == Kind::Sticky) continue;
+        if (x.op == Prim::Select && f.sticky_of[i] >= 0 && kind[f.sticky_of[i]] == Kind::Sticky) continue;
         for (std::int32_t o : {x.a, x.b, x.c})
             if (o >= 0 && stateful[static_cast<std::size_t>(o)]) stateful[i] = true;
     }
@@ -121,8 +134,8 @@ void Emitter::scan_plan() {
         const auto s = static_cast<int>(st);
         const std::int32_t root = k_.body[store_of[st]].a;
         const Inst& r = k_.body[root];
-        // A run counter: c ? 0 : s + 1 (counter_load()), its condition a row value.
-        if (const std::int32_t load = counter_load(static_cast<std::size_t>(store_of[st]), uses);
+        // A run counter: c ? 0 : s + 1 (f.counter_load()), its condition a row value.
+        if (const std::int32_t load = f.counter_load(static_cast<std::size_t>(store_of[st]), uses);
             load >= 0 && loads[st] == 1 && row_value(r.a)) {
             kind[st] = Kind::Counter;
             P.counters.push_back({s, root, r.a});
@@ -150,14 +163,14 @@ void Emitter::scan_plan() {
         for (std::int32_t c : nodes) chain[static_cast<std::size_t>(c)] = true;
     }
     if (P.sums.empty()) return fail("no window sum to scan");
-    for (const ScanSticky& st : P.stickies) {
+    for (const StickyValue& st : P.stickies) {
         chain[static_cast<std::size_t>(st.select)] = true;  // (a root: defined per row, never computed)
         const Inst& c = k_.body[k_.body[st.select].a];
         chain[static_cast<std::size_t>(k_.body[st.select].a)] = true;
         for (std::int32_t o : {c.a, c.b})
             if (o != st.cond) chain[static_cast<std::size_t>(o)] = chain[static_cast<std::size_t>(k_.body[o].a)] = true;
     }
-    for (const ScanCounter& c : P.counters) chain[static_cast<std::size_t>(c.select)] = true;
+    for (const RunCounter& c : P.counters) chain[static_cast<std::size_t>(c.count)] = true;
 
     // What each phase emits. Segment rows: the sums' chains (their loads become the segment's
     // accumulators) and the counters' conditions. Results: what the outputs need, from the states' roots.
@@ -165,9 +178,9 @@ void Emitter::scan_plan() {
     P.in_c.assign(n, false);
     P.in_pre.assign(n, false);
     P.predef.assign(n, false);
-    for (const ScanSum& s : P.sums) P.predef[static_cast<std::size_t>(s.root)] = true;
-    for (const ScanCounter& c : P.counters) P.predef[static_cast<std::size_t>(c.select)] = true;
-    for (const ScanSticky& s : P.stickies) P.predef[static_cast<std::size_t>(s.select)] = true;
+    for (const WindowSum& s : P.sums) P.predef[static_cast<std::size_t>(s.root)] = true;
+    for (const RunCounter& c : P.counters) P.predef[static_cast<std::size_t>(c.count)] = true;
+    for (const StickyValue& s : P.stickies) P.predef[static_cast<std::size_t>(s.select)] = true;
     std::string bad;
     // Marks `from` and what it needs in `mark`, stopping at `stop`; `allow_chain` lets a sum's own chain in.
     std::function<void(std::int32_t, std::vector<bool>&, const std::vector<bool>&, bool)> need =
@@ -189,24 +202,25 @@ void Emitter::scan_plan() {
                 if (o >= 0) need(o, mark, stop, allow_chain);
         };
     std::vector<bool> sticky_roots(n, false), none(n, false);
-    for (const ScanSticky& s : P.stickies) sticky_roots[static_cast<std::size_t>(s.select)] = true;
-    for (const ScanSum& s : P.sums) need(store_of[s.state], P.in_a, sticky_roots, true);
-    for (const ScanCounter& c : P.counters) need(c.cond, P.in_a, sticky_roots, false);
+    for (const StickyValue& s : P.stickies) sticky_roots[static_cast<std::size_t>(s.select)] = true;
+    for (const WindowSum& s : P.sums) need(store_of[s.state], P.in_a, sticky_roots, true);
+    for (const RunCounter& c : P.counters) need(c.cond, P.in_a, sticky_roots, false);
     for (std::size_t i = 0; i < n; ++i)
-        if (live_[i] && k_.body[i].op == Prim::Output) need(static_cast<std::int32_t>(i), P.in_c, P.predef, false);
-    for (const ScanSticky& s : P.stickies) {
+        if (f.live[i] && k_.body[i].op == Prim::Output) need(static_cast<std::int32_t>(i), P.in_c, P.predef, false);
+    for (const StickyValue& s : P.stickies) {
         need(s.cond, P.in_pre, none, false);
         need(s.value, P.in_pre, none, false);
     }
     if (!bad.empty()) return fail(bad);
-    scan_count_tests();
+    count_tests(f, P);
     for (std::size_t i = 0; i < n; ++i) {
         const Inst& x = k_.body[i];
         if (P.in_pre[i] && ((x.op == Prim::Input && x.lag != 0) || x.op == Prim::RowInPass || x.op == Prim::LoadState))
             return fail("a first value's condition reads more than its own row");
         if (!P.in_a[i] && !P.in_c[i]) continue;
         if (x.op == Prim::Input) {
-            if (x.lag > 0 && !pass_only_lag_[{x.slot, x.lag}])
+            const auto pass_only = f.pass_only_lag.find({x.slot, x.lag});
+            if (x.lag > 0 && !(pass_only != f.pass_only_lag.end() && pass_only->second))
                 return fail(fmt::format("input {} is read {} rows back where RowInPass does not mask it", x.slot, x.lag));
             P.reads.insert({x.slot, x.lag});
             P.reach = std::max(P.reach, x.lag);
@@ -215,7 +229,7 @@ void Emitter::scan_plan() {
         }
         if (x.op == Prim::RowInPass) P.reach = std::max(P.reach, x.lag);
     }
-    for (const ScanPrev& p : P.prevs) {  // (both phases form a row's previous values)
+    for (const PrevValue& p : P.prevs) {  // (both phases form a row's previous values)
         P.reads.insert({p.input, p.lag + 1});
         P.reach = std::max(P.reach, p.lag + 1);
         P.back_rows = std::max(P.back_rows, p.lag + 1 + kB);
@@ -257,65 +271,32 @@ void Emitter::scan_plan() {
                                 bytes, kWindowScanMaxSharedBytes, least));
     P.smem_bytes = static_cast<int>(bytes);
     P.ok = true;
+    return P;
 }
 
-// Whether the planned sums' leaving terms are their entering terms w rows back (first values hold one value
-// a column), for chained window scans (chained_scan.cpp); only they need it.
-WindowSplit Emitter::scan_window_split() {
-    scan_plan();
-    if (!scan_.ok) return WindowSplit{false, scan_.why_not, 0, {}};
-    std::vector<WindowSum> sums;
-    for (const ScanSum& s : scan_.sums) sums.push_back({s.state, s.root});
-    return split_window_sums(k_, sums, scan_row_constants());
-}
-
-// Values that hold one value per column over the rows a window compares (its first values: the sticky
-// states' setting selects), for window_terms.hpp's proofs.
-std::set<std::int32_t> Emitter::scan_row_constants() const {
+std::set<std::int32_t> row_constants(const WindowScanPlan& P) {
     std::set<std::int32_t> constants;
-    for (const ScanSticky& s : scan_.stickies) constants.insert(s.select);
+    for (const StickyValue& s : P.stickies) constants.insert(s.select);
     return constants;
 }
 
-// A run counter's count on row u_seg + i is u_seg + i - max(e, m_i) (e: the latest reset before the
-// segment, from the scan; m_i: the latest in the segment up to row i, or kNone). Where the results only
-// compare it with constants C of at least seg_rows rows (corr's "the window is full", "x changed in the window"),
-// count >= C <=> m_i is kNone (a reset in the segment is fewer than seg_rows rows back) and e - u_seg + C <= i:
-// two integer tests per row, with e - u_seg + C once per segment, instead of a max, a subtraction and a
-// test. Counters with any other use keep their count.
-void Emitter::scan_count_tests() {
-    const int seg_rows = scan_.segment_rows;
-    ScanPlan& P = scan_;
-    for (const ScanCounter& c : P.counters) {
-        std::vector<ScanCountTest> tests;
-        bool only_tests = true;
-        for (std::size_t x = 0; x < k_.body.size() && only_tests; ++x) {
-            const Inst& y = k_.body[x];
-            if (!P.in_c[x] || (y.a != c.select && y.b != c.select && y.c != c.select)) continue;
-            CountTest t;
-            only_tests = as_count_test(k_, static_cast<std::int32_t>(x), c.select, c.state, &t) && t.at_least >= seg_rows;
-            if (!only_tests) break;
-            tests.push_back({t.compare, t.state, t.at_least, t.negate});
-        }
-        if (!only_tests || tests.empty()) continue;
-        P.tested_counters.insert(c.state);
-        P.count_tests.insert(P.count_tests.end(), tests.begin(), tests.end());
-    }
+WindowSplit window_sum_split(const KernelFacts& f, const WindowScanPlan& P) {
+    if (!P.ok) return WindowSplit{false, P.why_not, 0, {}};
+    return split_window_sums(f.kernel, P.sums, row_constants(P));
 }
 
-WindowScanLayout Emitter::scan_layout() {
-    scan_plan();
-    if (!scan_.ok) return {0, 0, 0, scan_.why_not};
-    return {scan_.smem_bytes, kWindowScanBatchRows, static_cast<int>(scan_.sums.size()), ""};
-}
+
+
+
+
 
 // A value the results phase (or a guarded row) defines instead of computing it, in the form inst() expects.
-void Emitter::scan_predefine(int ind, std::int32_t i, const std::string& expr) {
+void ScanEmitter::scan_predefine(int ind, std::int32_t i, const std::string& expr) {
     const auto u = static_cast<std::size_t>(i);
-    if (is_int_[u]) {
-        line(ind, "const {} iv{} = ({})({});", int32_[u] ? "int" : "long long", i, int32_[u] ? "int" : "long long", expr);
-        if (need_double_[u]) line(ind, "const double v{} = (double)iv{};", i, i);
-    } else if (fmat_[u]) {
+    if (f_.int_value[u]) {
+        line(ind, "const {} iv{} = ({})({});", f_.int32[u] ? "int" : "long long", i, f_.int32[u] ? "int" : "long long", expr);
+        if (f_.need_double[u]) line(ind, "const double v{} = (double)iv{};", i, i);
+    } else if (f_.fmat[u]) {
         line(ind, "const float fv{} = (float)({});", i, expr);
         line(ind, "const double v{} = (double)fv{};", i, i);
     } else {
@@ -325,19 +306,19 @@ void Emitter::scan_predefine(int ind, std::int32_t i, const std::string& expr) {
 
 // The ring values `phase` reads in the segment's rows, each row once (a row read at two lags, or as a
 // previous value and as this row's, is one load), NaN before the pass in guarded batches.
-void Emitter::scan_segment_loads(int ind, const std::vector<bool>& phase) {
+void ScanEmitter::scan_segment_loads(int ind, const std::vector<bool>& phase) {
     const int seg_rows = scan_.segment_rows;
     std::set<std::pair<int, int>> want;  // (input, lag)
     for (std::size_t x = 0; x < k_.body.size(); ++x)
         if (phase[x] && k_.body[x].op == Prim::Input) want.insert({k_.body[x].slot, k_.body[x].lag});
-    for (const ScanPrev& p : scan_.prevs) want.insert({p.input, p.lag + 1});
+    for (const PrevValue& p : scan_.prevs) want.insert({p.input, p.lag + 1});
     std::set<std::pair<int, int>> done;  // (input, row offset in the segment)
     for (const auto& [slot, lag] : want)
         for (int i = 0; i < seg_rows; ++i) {
             const int off = i - lag;
             if (!done.insert({slot, off}).second) continue;
             const std::string name = load_name(slot, off), at = fmt::format("fj_p{}_{}[{}]", slot, lag, i * kC);
-            if (guarded_ && off < 0)
+            if (mode_.guarded && off < 0)
                 line(ind, "const float {} = u_seg >= {} ? {} : __int_as_float(0x7fc00000);", name, -off, at);
             else
                 line(ind, "const float {} = {};", name, at);
@@ -345,21 +326,21 @@ void Emitter::scan_segment_loads(int ind, const std::vector<bool>& phase) {
 }
 
 // Previous values of row i: the input one row further back, the state's init on the pass's first row.
-void Emitter::scan_prev_values(int ind, int i) {
-    for (const ScanPrev& p : scan_.prevs) {
+void ScanEmitter::scan_prev_values(int ind, int i) {
+    for (const PrevValue& p : scan_.prevs) {
         const auto st = static_cast<std::size_t>(p.state);
         const std::string v = load_name(p.input, i - p.lag - 1);
-        const char* ty = float_state_[st] ? "float" : int_state_[st] ? (int32_state_[st] ? "int" : "long long") : "double";
-        const std::string init = float_state_[st] ? flit(k_.states[st].init) : lit(k_.states[st].init);
+        const char* ty = f_.float_state[st] ? "float" : f_.int_state[st] ? (f_.int32_state[st] ? "int" : "long long") : "double";
+        const std::string init = f_.float_state[st] ? flit(k_.states[st].init) : lit(k_.states[st].init);
         const std::string val = fmt::format("({}){}", ty, v);
-        if (guarded_ && i == 0) line(ind, "const {} s{} = u_seg >= 1 ? {} : ({}){};", ty, p.state, val, ty, init);
+        if (mode_.guarded && i == 0) line(ind, "const {} s{} = u_seg >= 1 ? {} : ({}){};", ty, p.state, val, ty, init);
         else line(ind, "const {} s{} = {};", ty, p.state, val);
     }
 }
 
 // First values of row i that `phase` reads: NaN before the column's first row that sets them.
-void Emitter::scan_sticky_values(int ind, int i, bool guarded, const std::vector<bool>& phase) {
-    for (const ScanSticky& s : scan_.stickies) {
+void ScanEmitter::scan_sticky_values(int ind, int i, bool guarded, const std::vector<bool>& phase) {
+    for (const StickyValue& s : scan_.stickies) {
         if (!phase[static_cast<std::size_t>(s.select)] && !std::any_of(k_.body.begin(), k_.body.end(), [&](const Inst& x) {
                 const auto at = static_cast<std::size_t>(&x - k_.body.data());
                 return phase[at] && (x.a == s.select || x.b == s.select || x.c == s.select);
@@ -371,9 +352,9 @@ void Emitter::scan_sticky_values(int ind, int i, bool guarded, const std::vector
 }
 
 // The search for each first value: the column's rows from the pass's first, until every one is set.
-void Emitter::scan_prescan(int ind) {
-    const ScanPlan& P = scan_;
-    for (const ScanSticky& s : P.stickies) {
+void ScanEmitter::scan_prescan(int ind) {
+    const WindowScanPlan& P = scan_;
+    for (const StickyValue& s : P.stickies) {
         line(ind, "double s{} = FJ_NAN;  // {}", s.state, comment_safe(k_.states[s.state].what));
         line(ind, "int fj_first{} = fj_active ? n_pass : 0;  // the row that sets it", s.state);
     }
@@ -387,13 +368,13 @@ void Emitter::scan_prescan(int ind) {
     const int in = ind + 2;
     line(in, "const long long t = row_begin + fj_u;");
     for (int slot : inputs) line(in, "const float {} = p.in{}[t * ld_in{} + j];", load_name(slot, 0), slot, slot);
-    const bool saved = guarded_;
-    guarded_ = true;
+    const bool saved = mode_.guarded;
+    mode_.guarded = true;
     for (std::size_t i = 0; i < k_.body.size(); ++i)
         if (P.in_pre[i]) inst(in, 0, i);
-    guarded_ = saved;
+    mode_.guarded = saved;
     std::string all;
-    for (const ScanSticky& s : P.stickies) {
+    for (const StickyValue& s : P.stickies) {
         line(in, "if (fj_first{} == n_pass && v{}) {{ fj_first{} = fj_u; s{} = v{}; }}", s.state, s.cond, s.state, s.state,
              s.value);
         all += fmt::format("{}fj_first{} < n_pass", all.empty() ? "" : " && ", s.state);
@@ -401,8 +382,8 @@ void Emitter::scan_prescan(int ind) {
     line(in, "if ({}) break;", all);
     line(ind + 1, "}}");
     line(ind, "}}");
-    for (const ScanSticky& s : P.stickies)
-        if (state_fexact_[static_cast<std::size_t>(s.state)]) line(ind, "const float sf{} = (float)s{};", s.state, s.state);
+    for (const StickyValue& s : P.stickies)
+        if (f_.state_fexact[static_cast<std::size_t>(s.state)]) line(ind, "const float sf{} = (float)s{};", s.state, s.state);
 }
 
 // The copy of the next batch into the rings, by lane 0 of the first P.issuers warps (ring input q by warp
@@ -418,8 +399,8 @@ void Emitter::scan_prescan(int ind) {
 // a fence (MEMBAR.ALL.CTA, waiting for the issuer's own stores) made the issuing warp late for every
 // batch's barriers (bench/RESULTS.md). The row, ring offset and stage step by a batch per copy (set per
 // pass before the first).
-void Emitter::scan_loader(int ind) {
-    const ScanPlan& P = scan_;
+void ScanEmitter::scan_loader(int ind) {
+    const WindowScanPlan& P = scan_;
     line(ind, "int fj_load_row = (int)row_begin;  // (rows < 2^31: the runtime checks)");
     line(ind, "unsigned fj_dst = 0;  // bytes into a ring");
     line(ind, "auto fj_issue = [&]() {{  // (by lane 0 of warps 0 to {})", P.issuers - 1);
@@ -447,20 +428,20 @@ void Emitter::scan_loader(int ind) {
 }
 
 // One batch: the segment's rows, the scan of the segments' totals, the results.
-void Emitter::scan_batch(int ind, bool guarded) {
+void ScanEmitter::scan_batch(int ind, bool guarded) {
     const int segs = scan_.segments, seg_rows = scan_.segment_rows;
-    const ScanPlan& P = scan_;
+    const WindowScanPlan& P = scan_;
     const int QS = static_cast<int>(P.sums.size()), QC = static_cast<int>(P.counters.size());
-    guarded_ = guarded;
+    mode_.guarded = guarded;
     line(ind, "const int u_seg = u_batch + seg * {};  // the segment's first row in the pass", seg_rows);
     line(ind, "const long long t = row_begin + u_seg;");
     for (const auto& [slot, lag] : P.reads)
         line(ind, "const float* const fj_p{}_{} = reinterpret_cast<const float*>(reinterpret_cast<const unsigned char*>(fj_ring{}) + fj_o{});",
              slot, lag, slot, lag);
     // Segment rows: sums from 0, counters' latest reset row.
-    for (const ScanSum& s : P.sums)
+    for (const WindowSum& s : P.sums)
         for (int i = 0; i < seg_rows; ++i) line(ind, "double fj_l{}_{};", s.state, i);
-    for (const ScanCounter& c : P.counters)
+    for (const RunCounter& c : P.counters)
         for (int i = 0; i < seg_rows; ++i) line(ind, "int fj_m{}_{};", c.state, i);
     line(ind, "{{");
     const int in = ind + 1;
@@ -468,12 +449,12 @@ void Emitter::scan_batch(int ind, bool guarded) {
     // segment's first row adds nothing. Totals and partial values then differ from a start at 0.0 only in
     // the sign of a zero, and the prefix they are added to is never -0.0 (sums from 0.0), so each row's
     // state is the same.
-    for (const ScanSum& s : P.sums) {
+    for (const WindowSum& s : P.sums) {
         const auto st = static_cast<std::size_t>(s.state);
-        if (int_state_[st]) line(in, "{} s{} = 0;  // {}", int32_state_[st] ? "int" : "long long", s.state, comment_safe(k_.states[st].what));
+        if (f_.int_state[st]) line(in, "{} s{} = 0;  // {}", f_.int32_state[st] ? "int" : "long long", s.state, comment_safe(k_.states[st].what));
         else line(in, "double s{} = -0.0;  // {}", s.state, comment_safe(k_.states[st].what));
     }
-    for (const ScanCounter& c : P.counters)
+    for (const RunCounter& c : P.counters)
         line(in, "int fj_m{} = {};  // {}: latest reset", c.state, kNone, comment_safe(k_.states[c.state].what));
     scan_segment_loads(in, P.in_a);
     for (int i = 0; i < seg_rows; ++i) {
@@ -482,10 +463,10 @@ void Emitter::scan_batch(int ind, bool guarded) {
         scan_sticky_values(in + 1, i, guarded, P.in_a);
         for (std::size_t x = 0; x < k_.body.size(); ++x)
             if (P.in_a[x]) inst(in + 1, i, x);
-        for (const ScanCounter& c : P.counters)
+        for (const RunCounter& c : P.counters)
             line(in + 1, "if (v{}) fj_m{} = u_seg + {};", c.cond, c.state, i);
-        for (const ScanSum& s : P.sums) line(in + 1, "fj_l{}_{} = (double)s{};", s.state, i, s.state);
-        for (const ScanCounter& c : P.counters) line(in + 1, "fj_m{}_{} = fj_m{};", c.state, i, c.state);
+        for (const WindowSum& s : P.sums) line(in + 1, "fj_l{}_{} = (double)s{};", s.state, i, s.state);
+        for (const RunCounter& c : P.counters) line(in + 1, "fj_m{}_{} = fj_m{};", c.state, i, c.state);
         line(in, "}}");
     }
     for (int q = 0; q < QS; ++q) line(in, "fj_tsum[(seg * {} + {}) * {} + lane] = (double)s{};", QS, q, kC, P.sums[q].state);
@@ -522,38 +503,38 @@ void Emitter::scan_batch(int ind, bool guarded) {
     for (int q = 0; q < QC; ++q)
         line(ind, "const int fj_e{} = fj_tcnt[(seg * {} + {}) * {} + lane];", P.counters[q].state, QC, q, kC);
     std::set<std::pair<int, int>> bounds;  // (counter, at_least): the segment's e - u_seg + C
-    for (const ScanCountTest& t : P.count_tests) bounds.insert({t.state, t.at_least});
+    for (const CountTest& t : P.count_tests) bounds.insert({t.state, t.at_least});
     for (const auto& [state, at_least] : bounds)
         line(ind, "const int fj_b{}_{} = fj_e{} - u_seg + {};  // the count reaches {} from this row of the segment on",
              state, at_least, state, at_least, at_least);
     std::vector<bool> tested(k_.body.size(), false);
-    for (const ScanCountTest& t : P.count_tests) tested[static_cast<std::size_t>(t.compare)] = true;
+    for (const CountTest& t : P.count_tests) tested[static_cast<std::size_t>(t.compare)] = true;
     for (std::size_t o = 0; o < k_.outputs.size(); ++o) line(ind, "{}* const out{} = fj_out{};", T_, o, o);
     scan_segment_loads(ind, P.in_c);
     for (int i = 0; i < seg_rows; ++i) {
         line(ind, "{{  // row u_seg + {}", i);
         scan_prev_values(ind + 1, i);
         scan_sticky_values(ind + 1, i, guarded, P.in_c);
-        for (const ScanSum& s : P.sums) scan_predefine(ind + 1, s.root, fmt::format("fj_e{} + fj_l{}_{}", s.state, s.state, i));
-        for (const ScanCounter& c : P.counters)
+        for (const WindowSum& s : P.sums) scan_predefine(ind + 1, s.root, fmt::format("fj_e{} + fj_l{}_{}", s.state, s.state, i));
+        for (const RunCounter& c : P.counters)
             if (!P.tested_counters.count(c.state))
-                scan_predefine(ind + 1, c.select, fmt::format("u_seg + {} - max(fj_e{}, fj_m{}_{})", i, c.state, c.state, i));
-        for (const ScanCountTest& t : P.count_tests)
+                scan_predefine(ind + 1, c.count, fmt::format("u_seg + {} - max(fj_e{}, fj_m{}_{})", i, c.state, c.state, i));
+        for (const CountTest& t : P.count_tests)
             line(ind + 1, "const bool v{} = {}(fj_m{}_{} == {} && fj_b{}_{} <= {});", t.compare, t.negate ? "!" : "", t.state, i,
                  kNone, t.state, t.at_least, i);
         for (std::size_t x = 0; x < k_.body.size(); ++x)
             if (P.in_c[x] && !tested[x]) inst(ind + 1, i, x);
         line(ind, "}}");
     }
-    guarded_ = false;
+    mode_.guarded = false;
 }
 
 // The constant leading dimensions, the loop over the block's time tiles, a pass's rows and its batches of
 // `batch_rows` rows, and the pass's first values (scan_prescan()): the start of both window-scan kernels.
 // Tensor copies need the panels' rows 16-byte aligned (a tensor map's strides are multiples of 16 bytes;
-// scan_plan() asks for leading dimensions of 4k elements; the runtime runs the column scan on panels that
+// plan_window_scan() asks for leading dimensions of 4k elements; the runtime runs the column scan on panels that
 // are not aligned or whose column count is not a multiple of 4).
-void Emitter::scan_pass_begin(int batch_rows) {
+void ScanEmitter::scan_pass_begin(int batch_rows) {
     const std::size_t ni = k_.inputs.size(), no = k_.outputs.size();
     for (std::size_t i = 0; i < ni; ++i) line(1, "const long long ld_in{} = {}LL;", i, o_.strides[i]);
     for (std::size_t i = 0; i < no; ++i) line(1, "const long long ld_out{} = {}LL;", i, o_.strides[ni + i]);
@@ -568,44 +549,47 @@ void Emitter::scan_pass_begin(int batch_rows) {
 }
 
 // The pass's row from which this column has all its first values (for the block's largest, by atomicMax).
-std::string Emitter::scan_first_values_row() const {
+std::string ScanEmitter::scan_first_values_row() const {
     std::string m = "0";
-    for (const ScanSticky& s : scan_.stickies) m = fmt::format("max({}, fj_first{})", m, s.state);
+    for (const StickyValue& s : scan_.stickies) m = fmt::format("max({}, fj_first{})", m, s.state);
     return m;
 }
 
-// The macros window scans use: copies and their barriers (sm_90: tensor copies with mbarrier transaction
-// counts), shared memory, the block barrier. Host tests define them first (tests/test_cuda_emulated.cpp).
-void Emitter::scan_macros() {
-    line(0, "#ifndef FJ_TMA");
-    // (A tensor map: CUtensorMap, filled by the runtime with cuTensorMapEncodeTiled.)
-    line(0, "struct alignas(128) fj_tmap {{ unsigned long long w[16]; }};");
-    line(0, "#define FJ_TMA(dst, map, x, y, bar) asm volatile(\"cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {{%2, %3}}], [%4];\" :: \"r\"(dst), \"l\"(map), \"r\"(x), \"r\"(y), \"r\"(bar) : \"memory\")");
-    line(0, "#define FJ_MBAR_INIT(bar, n) asm volatile(\"mbarrier.init.shared::cta.b64 [%0], %1;\" :: \"r\"(bar), \"r\"(n) : \"memory\")");
-    line(0, "#define FJ_MBAR_INIT_FENCE() asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\")");
-    // (An arrival that also raises the phase's expected bytes.)
-    line(0, "#define FJ_MBAR_EXPECT(bar, bytes) asm volatile(\"{{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }}\" :: \"r\"(bar), \"r\"(bytes) : \"memory\")");
-    // (A plain arrival: chained window scans hand their sums over and free ring slots with them.)
-    line(0, "#define FJ_MBAR_ARRIVE(bar) asm volatile(\"{{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }}\" :: \"r\"(bar) : \"memory\")");
-    line(0, "#define FJ_MBAR_WAIT(bar, parity) while (!fj_mbar_done(bar, parity)) {{}}");
-    line(0, "__device__ __forceinline__ bool fj_mbar_done(unsigned bar, unsigned parity) {{");
-    line(1, "unsigned done;");
-    line(1, "asm volatile(\"{{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }}\" : \"=r\"(done) : \"r\"(bar), \"r\"(parity) : \"memory\");");
-    line(1, "return done != 0;");
-    line(0, "}}");
-    line(0, "#define FJ_SMEM_DECL extern __shared__ __align__(128) unsigned char fj_smem[]");
-    line(0, "#define FJ_SHARED_ADDR(p) ((unsigned)__cvta_generic_to_shared(p))");
-    line(0, "#define FJ_SYNC() __syncthreads()");
-    line(0, "#endif");
+namespace {
+
+// A run counter's count on row u_seg + i is u_seg + i - max(e, m_i) (e: the latest reset before the
+// segment, from the scan; m_i: the latest in the segment up to row i, or kNone). Where the results only
+// compare it with constants C of at least seg_rows rows (corr's "the window is full", "x changed in the window"),
+// count >= C <=> m_i is kNone (a reset in the segment is fewer than seg_rows rows back) and e - u_seg + C <= i:
+// two integer tests per row, with e - u_seg + C once per segment, instead of a max, a subtraction and a
+// test. Counters with any other use keep their count.
+void count_tests(const KernelFacts& f, WindowScanPlan& P) {
+    const ir::Kernel& k_ = f.kernel;
+    const int seg_rows = P.segment_rows;
+    for (const RunCounter& c : P.counters) {
+        std::vector<CountTest> tests;
+        bool only_tests = true;
+        for (std::size_t x = 0; x < k_.body.size() && only_tests; ++x) {
+            const Inst& y = k_.body[x];
+            if (!P.in_c[x] || (y.a != c.count && y.b != c.count && y.c != c.count)) continue;
+            CountTest t;
+            only_tests = as_count_test(k_, static_cast<std::int32_t>(x), c.count, c.state, &t) && t.at_least >= seg_rows;
+            if (!only_tests) break;
+            tests.push_back({t.compare, t.state, t.at_least, t.negate});
+        }
+        if (!only_tests || tests.empty()) continue;
+        P.tested_counters.insert(c.state);
+        P.count_tests.insert(P.count_tests.end(), tests.begin(), tests.end());
+    }
 }
 
-std::string Emitter::run_scan() {
-    scan_plan();
+}  // namespace
+
+std::string ScanEmitter::run_scan() {
     if (!scan_.ok)
         throw BackendError(fmt::format("CUDA emitter: kernel {} cannot run as a window scan: {}", k_.name, scan_.why_not));
     const int segs = scan_.segments, seg_rows = scan_.segment_rows;
-    const ScanPlan& P = scan_;
-    scan_mode_ = true;
+    const WindowScanPlan& P = scan_;
     header();
     line(0, "// Window scan (window_scan.cpp): {} columns per block, {} rows per batch in {} segments, rings of {} rows.",
          kC, kB, segs, P.ring_rows);
@@ -618,7 +602,7 @@ std::string Emitter::run_scan() {
         throw BackendError(fmt::format("CUDA emitter: kernel {}: {} fixed strides for {} panels", k_.name,
                                        o_.strides.size(), ni + no));
     line(1, "FJ_SMEM_DECL;");
-    // (The layout of scan_plan(); offsets in the pointers' elements.)
+    // (The layout of plan_window_scan(); offsets in the pointers' elements.)
     for (std::size_t q = 0; q < P.ring_inputs.size(); ++q) {
         const int slot = P.ring_inputs[q];
         line(1, "float* const fj_ring{} = reinterpret_cast<float*>(fj_smem) + {};  // rows by the pass's row modulo {}", slot,
@@ -690,8 +674,7 @@ std::string Emitter::run_scan() {
     line(2, "}}");
     line(1, "}}");
     line(0, "}}");
-    scan_mode_ = false;
-    return std::move(s_);
+    return src_.take();
 }
 
 }  // namespace fj::codegen::detail

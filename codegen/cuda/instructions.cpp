@@ -1,0 +1,253 @@
+// Printing one instruction of the kernel IR (see instructions.hpp).
+#include "codegen/cuda/instructions.hpp"
+
+#include <cmath>
+#include <cstring>
+
+namespace fj::codegen::detail {
+
+std::string InstructionPrinter::float_exact(std::int32_t i, int u) const {
+    if (o_.dtype != DType::F32) return "";
+    const Inst& x = k_.body[static_cast<std::size_t>(i)];
+    if (f_.fmat[static_cast<std::size_t>(i)]) return fmt::format("fv{}", i);
+    switch (x.op) {
+    case Prim::Input: return load_name(x.slot, u - x.lag);
+    case Prim::Const: {
+        const float f = static_cast<float>(x.imm);
+        if (!(static_cast<double>(f) == x.imm) && !std::isnan(x.imm)) return "";
+        std::uint32_t bits;
+        std::memcpy(&bits, &f, sizeof bits);
+        return fmt::format("__int_as_float(0x{:08x})", bits);
+    }
+    case Prim::Abs: {
+        const std::string e = float_exact(x.a, u);
+        return e.empty() ? "" : "fabsf(" + e + ")";
+    }
+    case Prim::Neg: {
+        const std::string e = float_exact(x.a, u);
+        return e.empty() ? "" : "(-" + e + ")";
+    }
+    default: return "";
+    }
+}
+
+std::string InstructionPrinter::ring_at(int r, int lag) const {
+    const RingInfo& ri = f_.rings[r];
+    if (ri.in_regs) return fmt::format("r{}[{}]", r, lag);
+    if (lag == 0) return fmt::format("r{}[rp{}]", r, r);
+    return fmt::format("r{}[rp{} >= {} ? rp{} - {} : rp{} + {}]", r, r, lag, r, lag, r, ri.size - lag);
+}
+
+// Operand o as a float32 expression: its float form, else its float64 value rounded.
+std::string InstructionPrinter::rounded(std::int32_t o, int u) const {
+    const std::string f = float_exact(o, u);
+    return f.empty() ? fmt::format("(float)v{}", o) : f;
+}
+
+// An output of batch row u (stored only from out_begin on in the pass's first rows). Holding a
+// batch's stores back to its end was tried: more registers, no gain (H200, corr w=20).
+void InstructionPrinter::store_output(int ind, int u, int slot, const std::string& value, const RowMode& m) {
+    const std::string at = u == 0 ? std::string("0") : fmt::format("{}LL * ld_out{}", u, slot);
+    if (m.no_stores) return;
+    if (m.window_scan) {
+        const std::string r = row(u);
+        if (m.guarded) line(ind, "if (fj_active && {} >= out_begin && {} < row_end) out{}[{}] = {};", r, r, slot, at, value);
+        else line(ind, "if (fj_active) out{}[{}] = {};", slot, at, value);
+        return;
+    }
+    if (m.guarded) line(ind, "if ({} >= out_begin) out{}[{}] = {};", row(u), slot, at, value);
+    else if (m.tail && u > 0) line(ind, "if ({} < row_end) out{}[{}] = {};", row(u), slot, at, value);
+    else if (m.stream_stores) line(ind, "FJ_ST_STREAM(&out{}[{}], {});", slot, at, value);
+    else line(ind, "out{}[{}] = {};", slot, at, value);
+}
+
+// `c ? a - s : 0` with a float32 value a and a finite float-exact sticky state s (the shifted,
+// masked values of window sums) as `(double)(c ? a : (float)s) - s`: the select picks between two
+// float32 registers instead of two float64 ones, and s - s is exactly 0.
+bool InstructionPrinter::masked_shift(std::size_t i, int u, int ind) {
+    const Inst& x = k_.body[i];
+    const Inst& zero = k_.body[x.c];
+    if (zero.op != Prim::Const || zero.imm != 0 || std::signbit(zero.imm)) return false;
+    const Inst& sub = k_.body[x.b];
+    if (sub.op != Prim::Sub) return false;
+    const int st = f_.sticky_value(sub.b);
+    if (st < 0 || !f_.live_sticky[st] || !f_.state_fexact[st]) return false;  // sf<st> exists
+    const std::string a = float_exact(sub.a, u);
+    if (a.empty()) return false;
+    line(ind, "const double v{} = (double)(v{} ? {} : sf{}) - v{};", i, x.a, a, st, sub.b);
+    return true;
+}
+
+// An integer-valued instruction as `long long iv<i>` (and its float64 twin when something reads it).
+void InstructionPrinter::int_inst(int ind, int u, std::size_t i, const RowMode& m) {
+    const Inst& x = k_.body[i];
+    auto iv = [](std::int32_t n) { return fmt::format("iv{}", n); };
+    if (f_.counter_part[i]) return;
+    std::string e;
+    if (const std::int32_t st = f_.counter_state[i]; st >= 0) {
+        if (!(m.quiet && m.quiet->has(st))) line(ind, "s{} = v{} ? {} : s{};  // run counter, q", st, x.a, -(u + 1), st);
+        e = fmt::format("s{} + {}", st, u + 1);
+    }
+    if (e.empty()) switch (x.op) {
+    case Prim::Const: e = fmt::format("{}", static_cast<long long>(x.imm)); break;
+    case Prim::BoolToF64: e = fmt::format("v{} ? 1 : 0", x.a); break;
+    case Prim::RowIndex: e = row(u); break;
+    case Prim::LoadState: e = fmt::format("s{}", x.slot); break;
+    case Prim::Neg: e = fmt::format("-iv{}", x.a); break;
+    case Prim::Add: e = fmt::format("iv{} + iv{}", x.a, x.b); break;
+    case Prim::Sub: e = fmt::format("iv{} - iv{}", x.a, x.b); break;
+    case Prim::Select: e = fmt::format("v{} ? {} : {}", x.a, iv(x.b), iv(x.c)); break;
+    default: bad_ir(k_, i, "not an integer value");
+    }
+    line(ind, "const {} iv{} = {};", f_.int32[i] ? "int" : "long long", i, e);
+    if (f_.need_double[i]) line(ind, "const double v{} = (double)iv{};", i, i);
+}
+
+void InstructionPrinter::inst(int ind, int u, std::size_t i, const RowMode& m) {
+    const Inst& x = k_.body[i];
+    if (m.quiet && x.type == Type::Bool)
+        if (const auto it = m.quiet->known.find(static_cast<std::int32_t>(i)); it != m.quiet->known.end()) {
+            line(ind, "const bool v{} = {};", i, it->second ? "true" : "false");
+            return;
+        }
+    const char* ty = x.type == Type::Bool ? "bool" : "double";
+    auto v = [](std::int32_t n) { return fmt::format("v{}", n); };
+    auto def = [&](const std::string& expr) { line(ind, "const {} v{} = {};", ty, i, expr); };
+    if (m.echo == EchoRows::Ring)
+        for (std::size_t e = 0; e < echo_.size(); ++e)
+            if (static_cast<std::size_t>(echo_[e].later) == i) return def(fmt::format("ve{}", e));
+    if (f_.int_value[i]) return int_inst(ind, u, i, m);
+    if (x.op == Prim::StoreState && f_.int_state[x.slot]) {
+        if (f_.counter_select[static_cast<std::size_t>(x.slot)] < 0) line(ind, "s{} = iv{};", x.slot, x.a);
+        return;
+    }
+    if (x.op == Prim::IsNaN && f_.is_int(x.a)) {
+        def("false");
+        return;
+    }
+    // Set already (or, preset, by no row of the pass): the select keeps the state, the test fails.
+    if ((!m.guarded || m.presets) && f_.sticky_of[i] >= 0) {
+        if (x.op == Prim::IsNaN) {
+            // (Preset, a state no row of the pass sets stays NaN: tested, a loop invariant.)
+            def(m.guarded ? fmt::format("s{} != s{}", f_.sticky_of[i], f_.sticky_of[i]) : "false");
+        } else if (f_.fmat[i]) {
+            line(ind, "const float fv{} = {};", i, float_exact(x.c, u));
+            line(ind, "const double v{} = (double)fv{};", i, i);
+        } else {
+            def(v(x.c));
+        }
+        return;
+    }
+    if ((!m.guarded || m.presets) && x.op == Prim::StoreState && f_.sticky_state[x.slot]) return;
+    if (!m.guarded && x.op == Prim::Select && !f_.fmat[i] && masked_shift(i, u, ind)) return;
+    if (f_.narrow[i]) {
+        if (x.op == Prim::Select) line(ind, "const float fv{} = v{} ? {} : {};", i, x.a, rounded(x.b, u), rounded(x.c, u));
+        else line(ind, "const float fv{} = {}({}, {});", i, x.op == Prim::Min ? "fminf" : "fmaxf", rounded(x.a, u), rounded(x.b, u));
+        return;
+    }
+    if (f_.fmat[i]) {
+        if (x.op == Prim::LoadState) line(ind, "const float fv{} = s{};", i, x.slot);
+        else line(ind, "const float fv{} = v{} ? {} : {};", i, x.a, float_exact(x.b, u), float_exact(x.c, u));
+        line(ind, "const double v{} = (double)fv{};", i, i);  // dropped by NVRTC when unused
+        return;
+    }
+    if (x.op == Prim::StoreState && f_.float_state[x.slot]) {
+        line(ind, "s{} = {};", x.slot, float_exact(x.a, u));
+        return;
+    }
+    if (x.op == Prim::Output && f_.float_available(x.a)) {  // float32 panel: the value is a float already
+        store_output(ind, u, x.slot, float_exact(x.a, u), m);
+        return;
+    }
+    if (x.op == Prim::IsNaN && f_.float_available(x.a)) {
+        const std::string f = float_exact(x.a, u);
+        def(fmt::format("{} != {}", f, f));
+        return;
+    }
+    if (f_.is_compare(x.op) && f_.is_int(x.a) && f_.is_int(x.b)) {
+        const char* o = x.op == Prim::CmpLT ? "<" : x.op == Prim::CmpLE ? "<=" : x.op == Prim::CmpGT ? ">"
+                      : x.op == Prim::CmpGE ? ">=" : x.op == Prim::CmpEQ ? "==" : "!=";
+        def(fmt::format("iv{} {} iv{}", x.a, o, x.b));
+        return;
+    }
+    switch (x.op) {
+    case Prim::Const: def(lit(x.imm)); break;
+    case Prim::Input: def(fmt::format("(double){}", load_name(x.slot, u - x.lag))); break;
+    case Prim::RowIndex: def(fmt::format("(double){}", row(u))); break;
+    case Prim::RowInPass:
+        // Rows before out_begin <= row_begin + halo: a lag of at least the halo reaches before the pass.
+        if (m.no_stores && x.lag >= k_.halo) def("false");
+        else def(m.guarded ? fmt::format("{} - {} >= row_begin", row(u), x.lag) : "true");
+        break;
+    case Prim::LoadState: def(fmt::format("s{}", x.slot)); break;
+    case Prim::RingRead: def(ring_at(x.slot, x.lag)); break;
+    case Prim::StoreState: line(ind, "s{} = {};", x.slot, v(x.a)); break;
+    case Prim::RingPush: line(ind, "{} = {};", ring_at(x.slot, 0), v(x.a)); break;
+    case Prim::Output:
+        store_output(ind, u, x.slot, fmt::format("({}){}", T_, v(x.a)), m);
+        break;
+    case Prim::Add: def(fmt::format("{} + {}", v(x.a), v(x.b))); break;
+    case Prim::Sub: def(fmt::format("{} - {}", v(x.a), v(x.b))); break;
+    case Prim::Mul: def(fmt::format("{} * {}", v(x.a), v(x.b))); break;
+    case Prim::Div: def(fmt::format("{} / {}", v(x.a), v(x.b))); break;
+    case Prim::Neg: def(fmt::format("-{}", v(x.a))); break;
+    case Prim::Abs: def(fmt::format("fabs({})", v(x.a))); break;
+    case Prim::Sqrt: def(fmt::format("sqrt({})", v(x.a))); break;
+    case Prim::Exp: def(fmt::format("exp({})", v(x.a))); break;
+    case Prim::Log: def(fmt::format("log({})", v(x.a))); break;
+    case Prim::Pow: def(fmt::format("pow({}, {})", v(x.a), v(x.b))); break;
+    case Prim::Floor: def(fmt::format("floor({})", v(x.a))); break;
+    // Correctly rounded 1/a without a division's extra steps; rsqrt is within 1 ulp (CUDA math API).
+    case Prim::Recip: def(fmt::format("__drcp_rn({})", v(x.a))); break;
+    case Prim::RSqrt:
+        def(fmt::format("{}({})", !f_.fast_rsqrt ? "rsqrt" : o_.rsqrt_refine ? "fj_rsqrt" : "fj_rsqrt0", v(x.a)));
+        break;
+    case Prim::Fma: def(fmt::format("fma({}, {}, {})", v(x.a), v(x.b), v(x.c))); break;  // kept by --fmad=false
+    case Prim::Min: def(fmt::format("fmin({}, {})", v(x.a), v(x.b))); break;  // one DMNMX
+    case Prim::Max: def(fmt::format("fmax({}, {})", v(x.a), v(x.b))); break;
+    case Prim::CmpLT: case Prim::CmpLE: case Prim::CmpGT: case Prim::CmpGE: case Prim::CmpEQ:
+    case Prim::CmpONE: case Prim::CmpUNE: {
+        // Float32 panels: a comparison of values that are exactly float32 numbers (inputs, their
+        // absolute values and negations, float-exact constants) gives the same answer in float32,
+        // which costs a float32 compare instead of a float64 one on the scarcer float64 pipe.
+        std::string a = v(x.a), b = v(x.b);
+        const std::string fa = float_exact(x.a, u), fb = float_exact(x.b, u);
+        if (!fa.empty() && !fb.empty() && !(k_.body[x.a].op == Prim::Const && k_.body[x.b].op == Prim::Const)) {
+            a = fa;
+            b = fb;
+        }
+        switch (x.op) {
+        case Prim::CmpLT: def(fmt::format("{} < {}", a, b)); break;
+        case Prim::CmpLE: def(fmt::format("{} <= {}", a, b)); break;
+        case Prim::CmpGT: def(fmt::format("{} > {}", a, b)); break;
+        case Prim::CmpGE: def(fmt::format("{} >= {}", a, b)); break;
+        case Prim::CmpEQ: def(fmt::format("{} == {}", a, b)); break;
+        case Prim::CmpONE: def(fmt::format("{} < {} || {} > {}", a, b, a, b)); break;
+        default: def(fmt::format("!({} == {})", a, b)); break;
+        }
+        break;
+    }
+    case Prim::IsNaN:
+        // Of an input: test the loaded value itself (a float32 compare instead of a float64 one).
+        if (k_.body[x.a].op == Prim::Input) {
+            const std::string l = load_name(k_.body[x.a].slot, u - k_.body[x.a].lag);
+            def(fmt::format("{} != {}", l, l));
+        } else if (f_.fexact[x.a]) {
+            // A float32 number in a double: a NaN's payload reaches the high word (converted float
+            // NaNs are quiet), so the high word alone tells.
+            def(fmt::format("(__double2hiint({}) & 0x7fffffff) > 0x7ff00000", v(x.a)));
+        } else {
+            // An integer test of the bits (exponent all ones, mantissa not zero): keeps the float64
+            // pipe, the scarce one on most GPUs, for arithmetic.
+            def(fmt::format("((unsigned long long)__double_as_longlong({}) << 1) > 0xffe0000000000000ULL", v(x.a)));
+        }
+        break;
+    case Prim::And: def(fmt::format("{} && {}", v(x.a), v(x.b))); break;
+    case Prim::Or: def(fmt::format("{} || {}", v(x.a), v(x.b))); break;
+    case Prim::Not: def(fmt::format("!{}", v(x.a))); break;
+    case Prim::Select: def(fmt::format("{} ? {} : {}", v(x.a), v(x.b), v(x.c))); break;
+    case Prim::BoolToF64: def(fmt::format("{} ? 1.0 : 0.0", v(x.a))); break;
+    }
+}
+
+}  // namespace fj::codegen::detail
