@@ -1,10 +1,13 @@
 #include "runtime/cuda/cuda_api.hpp"
 
 #include <dlfcn.h>
+#include <link.h>
 
 #include <cstddef>
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
+#include <system_error>
 #include <vector>
 
 #include <fmt/format.h>
@@ -37,6 +40,50 @@ bool resolve(void* lib, F*& slot, const char* symbol, bool required, std::string
     slot = reinterpret_cast<F*>(dlsym(lib, symbol));
     if (!slot && required && missing->empty()) *missing = symbol;
     return slot != nullptr;
+}
+
+// The file the loader mapped for a handle: the full path even when it was opened by soname through the
+// loader path (ld.so.cache, LD_LIBRARY_PATH); `fallback` where the link map does not say.
+std::string loaded_path(void* lib, const std::string& fallback) {
+    link_map* lm = nullptr;
+    if (dlinfo(lib, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && lm->l_name[0]) return lm->l_name;
+    return fallback;
+}
+
+// NVRTC compiles nothing without its builtins library, which it dlopens by soname at the first compile
+// (libnvrtc-builtins.so.13.0 for NVRTC 13.0). Where NVRTC itself was found by a full path (FJ_NVRTC_LIBRARY,
+// CUDA_HOME, /usr/local/cuda/lib64) and its folder is not on the loader path (a runfile install, a
+// container: no ld.so.conf.d entry, no LD_LIBRARY_PATH), that dlopen fails and every compile reports
+// NVRTC_ERROR_BUILTIN_OPERATION_FAILURE. So the builtins are loaded here first, by full path, from the
+// folder of the libnvrtc that was loaded (then the folder of its real file, then the loader path): once a
+// library with that soname is loaded, NVRTC's own dlopen by soname returns it. The handle is never closed.
+// Returns the file loaded, or "" with *why set to everything that was tried.
+std::string load_nvrtc_builtins(const std::string& nvrtc_file, int major, int minor, std::string* why) {
+    namespace fs = std::filesystem;
+    const std::string soname = fmt::format("libnvrtc-builtins.so.{}.{}", major, minor);
+    std::vector<std::string> candidates;
+    std::error_code ec;
+    const fs::path file(nvrtc_file);
+    if (file.has_parent_path()) {
+        candidates.push_back((file.parent_path() / soname).string());
+        const fs::path real = fs::canonical(file, ec);
+        if (!ec && real.parent_path() != file.parent_path())
+            candidates.push_back((real.parent_path() / soname).string());
+    }
+    candidates.push_back(soname);  // the loader path, as NVRTC itself would look
+    std::string tried;
+    for (const std::string& c : candidates) {
+        if (c.find('/') != std::string::npos && !fs::exists(c, ec)) {
+            tried += (tried.empty() ? "" : "; ") + c + ": no such file";
+            continue;
+        }
+        if (void* h = dlopen(c.c_str(), RTLD_NOW | RTLD_GLOBAL)) return loaded_path(h, c);
+        const char* e = dlerror();
+        tried += (tried.empty() ? "" : "; ") + std::string(e ? e : c);
+    }
+    *why = fmt::format("NVRTC {} was loaded, but its builtins library {} could not be ({})", nvrtc_file, soname,
+                       tried);
+    return "";
 }
 
 struct DriverState {
@@ -171,7 +218,9 @@ void load_nvrtc() {
         return;
     }
     n.version = major * 1000 + minor * 10;
-    n.library = loaded;
+    n.library = loaded_path(lib, loaded);
+    n.builtins = load_nvrtc_builtins(n.library, major, minor, &s.why);
+    if (n.builtins.empty()) return;  // s.why says what was tried: NVRTC could compile nothing
     s.ok = true;
 }
 

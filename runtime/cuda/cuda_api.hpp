@@ -163,12 +163,16 @@ struct Nvrtc {
     nvrtcResult (*nvrtcGetPTX)(nvrtcProgram, char*);
     nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram, std::size_t*);
     nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char*);
-    std::string library;  // the file that was loaded
-    int version = 0;      // major * 1000 + minor * 10, as CUDA_VERSION
+    std::string library;   // the file that was loaded (full path, also when found through the loader path)
+    std::string builtins;  // its libnvrtc-builtins.so.X.Y, loaded before any compile (cuda_api.cpp says why)
+    int version = 0;       // major * 1000 + minor * 10, as CUDA_VERSION
 };
 
 // Loaded once; nullptr (and *why_not set) when the library or one of its symbols is missing, or cuInit
-// fails (no GPU, driver/library mismatch). Thread-safe.
+// fails (no GPU, driver/library mismatch), or NVRTC's builtins library is found neither next to the
+// libnvrtc that was loaded nor on the loader path (NVRTC could compile nothing). Thread-safe.
+// NVRTC is looked for at FJ_NVRTC_LIBRARY, then by soname on the loader path, then in $CUDA_HOME/lib64,
+// $CUDA_PATH/lib64 and /usr/local/cuda/lib64.
 const Driver* driver(std::string* why_not = nullptr);
 const Nvrtc* nvrtc(std::string* why_not = nullptr);
 
