@@ -165,7 +165,7 @@ V Lowering::history(const Node* x, int lag) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Element-wise operators: NaN rules of SEMANTICS.md, spelled once.
+// Element-wise operators: NaN rules of docs/operators.md, spelled once.
 using ElementwiseFn = std::function<V(IrBuilder&, const std::vector<V>&)>;
 
 const std::unordered_map<Op, ElementwiseFn>& elementwise_table() {
@@ -256,7 +256,7 @@ V Lowering::lower(const Node* n, int lag) {
 // the previous valid value) happened with that previous value inside the window. Only the latest change
 // matters, so the state is: the previous valid value and its row, and the row of the value before the
 // latest change. This gives var = 0 and corr = NaN exactly on constant windows, whatever rounding the
-// running sums carry: the relative zero test of DESIGN.md, made exact.
+// running sums carry: a relative zero test (the design's first idea) made exact.
 V constancy(IrBuilder& ir, V x, V valid, V t, int d, const std::string& what) {
     int prev = ir.new_state(std::numeric_limits<double>::quiet_NaN(), "previous valid " + what);
     int prev_row = ir.new_state(-kInf, "row of previous valid " + what);

@@ -177,7 +177,7 @@ std::vector<Token> lex(std::string_view s) {
 }
 
 // Constant folding of constant-only expressions, for window lengths and lags written as
-// arithmetic (`10*2`). Same definitions as SEMANTICS.md; anything that reads an input, a window or
+// arithmetic (`10*2`). Same definitions as docs/operators.md; anything that reads an input, a window or
 // a lag is not a constant.
 std::optional<double> eval_const(const Node* n) {
     if (n->op == Op::Const) return n->value;
@@ -267,7 +267,7 @@ constexpr FnSpec kOtherFns[] = {
     {"delta", Fn::Delta, Op::Delay, false, false},
 };
 
-// Operators of SEMANTICS.md and Alpha101 that the DSL does not have yet: a clear error, not "unknown".
+// Operators of docs/operators.md and Alpha101 that the DSL does not have yet: a clear error, not "unknown".
 constexpr std::string_view kNotYet[] = {
     "rank",     "ts_rank",      "scale",     "decay_linear", "indneutralize", "group_neutralize",
     "group_rank", "group_zscore", "zscore",  "demean",       "ts_argmin",     "ts_argmax",

@@ -21,7 +21,7 @@ struct CompileOptions {
     std::int64_t block_cols = 0;   // CPU: columns per task; 0: chosen from the shape
     // Window sums as double-double for float32 panels too (always so for float64). Costs about twice the
     // arithmetic; needed only when a column's level moves by more than ~2^14 times its window spread
-    // within a time tile (see SEMANTICS.md's float32 contract and README).
+    // within a time tile (see docs/operators.md's float32 contract and README).
     bool exact_sums = false;
     // CUDA: let NVRTC contract a * b + c into one fused multiply-add. Off by default, so that both backends
     // round the same IEEE operations alike (they then differ only in exp, log and pow); on, CUDA results move

@@ -1,5 +1,5 @@
 // One test body for every backend and dtype: compile named expressions, run them on host panels,
-// and hold every output to SEMANTICS.md's accuracy contract against tests/reference.
+// and hold every output to docs/operators.md's accuracy contract against tests/reference.
 //
 //   TEST_CASE_TEMPLATE_DEFINE("window ops", T, ops_windows) {
 //       fj::test::check_against_reference(exprs, data, rows, cols, T::dtype, T::options());
@@ -12,7 +12,7 @@
 //   * nothing outside [0, cols) of a row is written (padding up to ld is poisoned and re-read), and
 //     padding of the inputs is never used (it holds 7.7e30, which would show in any result);
 //   * inputs are not written.
-// Accuracy (SEMANTICS.md, "Accuracy contract"), per element:
+// Accuracy (docs/operators.md, "Accuracy contract"), per element:
 //   float64: |got - ref| <= 1e-9 * max(1, |ref|);
 //   float32: |got - ref| <= 1e-5 * max(1, |ref|), and overall ||got - ref||_F / ||ref||_F <= 1e-6;
 //   NaN exactly where the reference has NaN; infinities equal (for float32, a finite reference beyond
@@ -431,7 +431,7 @@ struct JudgedCase {
 // What users try first: corr of a panel with itself is 1 wherever it is defined, and with a negative
 // power-of-two multiple of itself -1: exactly in float32 (the float64 value is within a few of its steps
 // and rounds there), within 8 float64 steps in float64 (where exact results would take a correctly rounded
-// square root and division). SEMANTICS.md's bounds allow more; this is what a user sees. NaN placement as
+// square root and division). docs/operators.md's bounds allow more; this is what a user sees. NaN placement as
 // the reference's. Price-like messy data, `rows` x `cols`.
 inline JudgedCase corr_with_itself(fj::DType dtype, std::int64_t rows, std::int64_t cols) {
     const fj::Expr A = fj::input("A"), B = fj::input("B");

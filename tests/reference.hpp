@@ -1,6 +1,6 @@
 // The test reference: a plain evaluator of fj::Expr over whole panels, written for obviousness.
 //
-// It computes SEMANTICS.md's definitions directly: node by node over the whole panel (each node once,
+// It computes docs/operators.md's definitions directly: node by node over the whole panel (each node once,
 // memoized by node pointer), every window recomputed from scratch from the valid values of its rows
 // t-d+1..t, two-pass mean and variance, explicit equality tests for constant windows. Nothing here is
 // shared with the library, so a bug in the library's planner or kernels cannot hide in the reference.
@@ -8,7 +8,7 @@
 // Window accumulations (sum, mean, var, cov, corr) use long double: the reference should be far more
 // accurate than the tolerance it is held to (1e-9 relative for float64), and a float64 two-pass over
 // 1e6-offset data already loses about 1e-10. Element-wise operators use the C library's double
-// functions, as SEMANTICS.md says (IEEE-754 division, pow, exp, log, sqrt).
+// functions, as docs/operators.md says (IEEE-754 division, pow, exp, log, sqrt).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Deterministic test panels: the same seed gives the same panel on every machine and run.
 //
-// Flavours follow SEMANTICS.md's accuracy contract: price-like random walks around 100, 1e4 + N(0,1)
+// Flavours follow docs/operators.md's accuracy contract: price-like random walks around 100, 1e4 + N(0,1)
 // offsets (and 1e6 + N(0,1) for float64), plain N(0,1). Options add what real market data has and
 // running-sum kernels get wrong: isolated NaNs, suspensions (runs of NaN, also at a column's start),
 // constant stretches (longer than the window too), all-NaN columns. Never all zeros.

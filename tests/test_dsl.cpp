@@ -182,7 +182,7 @@ TEST_CASE("input_names and topo_order") {
 }
 
 TEST_CASE("reference: hand-checked windows") {
-    // Pins the reference's own definitions, so that the library is compared with SEMANTICS.md.
+    // Pins the reference's own definitions, so that the library is compared with docs/operators.md.
     const double nan = std::numeric_limits<double>::quiet_NaN();
     using fj::Op;
     using fj::test::window_reduce;

@@ -92,7 +92,7 @@ TEST_CASE_TEMPLATE_DEFINE("element-wise: arithmetic and functions", T, ops_eleme
 TEST_CASE_TEMPLATE_APPLY(ops_elementwise_arith, fj::test::CpuTargets);
 
 TEST_CASE_TEMPLATE_DEFINE("element-wise: signedpower of 0 with a negative exponent", T, ops_signedpower_zero) {
-    // sign(0) * pow(0, -1) = 0 * inf = NaN, by SEMANTICS.md's definition taken literally.
+    // sign(0) * pow(0, -1) = 0 * inf = NaN, by docs/operators.md's definition taken literally.
     each_on_all<T>({signedpower(dA, fj::constant(-1)), signedpower(dA, fj::constant(-0.5))});
 }
 TEST_CASE_TEMPLATE_APPLY(ops_signedpower_zero, fj::test::CpuTargets);

@@ -4,7 +4,7 @@
 The GPU machine has no LLVM, so the two backends cannot run in one process there. This script makes the
 inputs here (price-like walks and N(0,1), with NaNs, suspensions and constant stretches, float32 and
 float64), lists the expressions, runs `factorjit eval` on one backend into a folder, and compares two such
-folders with the accuracy contract of SEMANTICS.md (float64 1e-9, float32 1e-5 per element, relative to
+folders with the accuracy contract of docs/operators.md (float64 1e-9, float32 1e-5 per element, relative to
 max(1, |cpu|); identical NaN placement).
 
   cross_check.py make DIR                 inputs and expressions.txt into DIR
