@@ -69,11 +69,15 @@ KernelChoice select_kernel(const ir::Kernel& kernel, DType dtype, const PanelCla
     eo.echo_rings = s.echo;
     eo.quiet_batches = s.quiet;
     eo.cache_hints = s.cache_hints >= 0 ? s.cache_hints == 1 : kernel.max_input_lag >= kCacheHintMinLag;
+    eo.window_scan_ahead = s.scan_ahead;  // (read by window scans only)
 
     int major = 0, minor = 0;
     parse_arch(device.arch, &major, &minor);
     const bool wanted = s.window_scan == 1 || (s.window_scan == -1 && long_window_inputs(kernel) >= kWindowScanMinInputs);
     if (major * 10 + minor < kWindowScanMinArch || !panels.tensor_copies || !wanted) return c;
+    // One analysis of the kernel for both variants' layouts and the emission of whichever is chosen.
+    auto analysis = std::make_shared<const CudaKernelAnalysis>(kernel, eo);
+    c.analysis = analysis;
     // A window scan needs its rings in one block's shared memory: a device that allows less per block than a
     // variant needs (kWindowScanMaxSharedBytes is sized for sm_90) gets the next variant, then the column scan.
     auto fits = [&](const WindowScanLayout& l) {
@@ -81,11 +85,10 @@ KernelChoice select_kernel(const ir::Kernel& kernel, DType dtype, const PanelCla
     };
     CudaEmitOptions scan = eo;
     scan.window_scan = true;
-    scan.window_scan_ahead = s.scan_ahead;
     if (s.scan_chain != 0) {
         CudaEmitOptions chain = scan;  // the chained variant, where the kernel's sums split
         chain.window_scan_chain = true;
-        WindowScanLayout l = cuda_window_scan_layout(kernel, chain);
+        WindowScanLayout l = cuda_window_scan_layout(*analysis, chain);
         if (fits(l) && (s.scan_chain == 1 || l.sums >= kChainMinSums)) {
             c.shape = KernelShape::ChainedScan;
             c.options = std::move(chain);
@@ -93,7 +96,7 @@ KernelChoice select_kernel(const ir::Kernel& kernel, DType dtype, const PanelCla
             return c;
         }
     }
-    if (WindowScanLayout l = cuda_window_scan_layout(kernel, scan); fits(l)) {
+    if (WindowScanLayout l = cuda_window_scan_layout(*analysis, scan); fits(l)) {
         c.shape = KernelShape::WindowScan;
         c.options = std::move(scan);
         c.scan = std::move(l);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,9 @@ struct KernelChoice {
     CudaEmitOptions options;  // what emit_cuda generates
     WindowScanLayout scan;    // window scans' launch needs (smem_bytes 0 for column scans)
     CudaSettings settings;    // the settings the choice was made with (specialised: their rows per batch)
+    // The emitter's analysis of the kernel, made once while choosing (specialised kernels), so that emitting
+    // the choice does not analyse the kernel again; it refers to the kernel, which must outlive it.
+    std::shared_ptr<const CudaKernelAnalysis> analysis;
     bool fixed() const { return !options.strides.empty(); }
 };
 
