@@ -1,5 +1,5 @@
 // `factorjit explain`: compile expressions as `eval` would and print Program::explain(): the fused
-// regions, their halos, the kernels and the generated IR. Reads no data.
+// steps, intermediates, halos, the kernels and the generated IR. Reads no data.
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -13,7 +13,7 @@ namespace {
 const char* const kUsage = R"USAGE(usage: factorjit explain -e EXPR [-e EXPR ...] [--backend auto|cpu|cuda] [--round-windows]
 
 Compiles the expressions together, as `factorjit eval` would (the k-th is named out<k-1>), and prints
-the fused regions, their halos, the kernels and the generated IR.
+the plan's steps and intermediates, their halos, the kernels and the generated IR.
 
   -e, --expr EXPR    a factor expression; repeat for several outputs
   --backend B        auto (default), cpu or cuda

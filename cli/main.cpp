@@ -15,7 +15,7 @@ const char* const kUsage = R"USAGE(usage: factorjit <command> [options]
 
 commands:
   eval      evaluate factor expressions on .npy panels and write .npy results
-  explain   print the fused regions, halos, kernels and generated IR of expressions
+  explain   print the steps, intermediates, halos, kernels and generated IR of expressions
   compile   generate and compile the CUDA kernels ahead of time
 
 `factorjit <command> --help` describes a command's options.

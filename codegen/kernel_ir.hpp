@@ -1,4 +1,4 @@
-// The kernel IR: what a fused time-series region computes, shared by every backend.
+// The kernel IR: what a fused time-series step of a plan computes, shared by every backend.
 //
 // A kernel is a straight-line program run once per row, in time order, by a lane that owns one column
 // (a CUDA thread; a SIMD lane on the CPU). Values are float64 (or booleans). Operators never appear

@@ -537,7 +537,7 @@ TEST_CASE("usage: --help, no arguments, unknown command, compile without -e") {
     CHECK(r.err.find("factorjit: error:") != std::string::npos);
 }
 
-TEST_CASE("explain prints regions, halos and kernels") {
+TEST_CASE("explain prints steps, halos and kernels") {
     const fs::path dir = scratch("explain");
     const CliResult r = run_cli(dir, {"explain", "-e", kCorr, "-e", "mean(window(corr(window(A, 5), window(B, 5)), 4))",
                                       "--backend", "cpu"});

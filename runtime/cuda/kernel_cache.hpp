@@ -5,7 +5,7 @@
 // is known before any source is generated, so a hit costs no code generation at all.
 //
 // Memory: a map from key to a shared future, so that two threads asking for the same kernel (two
-// regions of one program compiling in parallel, or two programs) compile it once; the second waits.
+// steps of one program compiling in parallel, or two programs) compile it once; the second waits.
 //
 // Disk ($FJ_CACHE_DIR, else $XDG_CACHE_HOME/factorjit, else ~/.cache/factorjit; FJ_CACHE_DIR=off turns
 // the disk cache off): one file per key, named by a 64-bit FNV-1a hash of the key:
