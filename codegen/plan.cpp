@@ -77,7 +77,7 @@ struct Sink {
     const Node* node = nullptr;  // in the program's expression
     const Node* expr = nullptr;  // what its step lowers: node with materialised nodes below it as inputs
     int cut = -1;                // the intermediate it is, or -1
-    int level = 0;               // 1 + the largest level of the sinks whose intermediates it reads
+    int level = 0;               // 1 + the largest level of the intermediates it reads
 };
 
 int find(std::vector<int>& parent, int x) {
@@ -140,60 +140,56 @@ Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs, DType d
     Substitution subst(leaves);
     std::vector<Sink> sinks;
     std::unordered_map<const Node*, int> sink_of;
-    auto add_sink = [&](const Node* n, int cut) {
-        auto [it, fresh] = sink_of.emplace(n, static_cast<int>(sinks.size()));
-        if (fresh) sinks.push_back({n, cut >= 0 ? subst.below(n) : subst.of(n), cut, 0});
-        return it->second;
-    };
-    for (const Node* r : roots) add_sink(r, -1);
+    for (const Node* r : roots)
+        if (sink_of.emplace(r, static_cast<int>(sinks.size())).second) sinks.push_back({r, subst.of(r)});
+    std::unordered_map<std::string, int> intermediate_of;  // name -> index
     for (std::size_t m = 0; m < plan.intermediates.size(); ++m) {
-        const int s = add_sink(plan.intermediates[m].node, static_cast<int>(m));
-        sinks[static_cast<std::size_t>(s)].cut = static_cast<int>(m);
-        sinks[static_cast<std::size_t>(s)].expr = subst.below(plan.intermediates[m].node);
+        const Node* n = plan.intermediates[m].node;
+        auto [it, fresh] = sink_of.emplace(n, static_cast<int>(sinks.size()));
+        if (fresh) sinks.push_back({n, nullptr});
+        Sink& k = sinks[static_cast<std::size_t>(it->second)];
+        k.cut = static_cast<int>(m);
+        k.expr = subst.below(n);
+        intermediate_of.emplace(plan.intermediates[m].name, static_cast<int>(m));
     }
-    // Levels (materialised nodes come in topological order, so their levels are known when read).
-    std::unordered_map<std::string, int> level_of_name;
+    // Levels: 1 + the largest level of the intermediates a sink reads. Materialised nodes come in
+    // topological order, so each one's level is known before anything reads it.
+    std::vector<int> level_of_intermediate(plan.intermediates.size(), 0);
+    auto level = [&](const Sink& k) {
+        int l = 0;
+        for (const Node* n : topo_order({k.expr}))
+            if (auto it = intermediate_of.find(n->op == Op::Input ? n->name : std::string()); it != intermediate_of.end())
+                l = std::max(l, level_of_intermediate[static_cast<std::size_t>(it->second)] + 1);
+        return l;
+    };
+    for (std::size_t m = 0; m < plan.intermediates.size(); ++m) {
+        Sink& k = sinks[static_cast<std::size_t>(sink_of.at(plan.intermediates[m].node))];
+        k.level = level_of_intermediate[m] = level(k);
+    }
+    for (Sink& k : sinks)
+        if (k.cut < 0) k.level = level(k);
+    // Sinks of one level that share any node, inputs included, fuse into one kernel: it reads each input
+    // once and computes shared work once. Sinks that share nothing are steps of their own.
     std::vector<int> parent(sinks.size());
     std::iota(parent.begin(), parent.end(), 0);
     std::unordered_map<const Node*, int> first_sink_of_node;
-    std::vector<int> order(sinks.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-        const int ca = sinks[a].cut < 0 ? 1 << 30 : sinks[a].cut, cb = sinks[b].cut < 0 ? 1 << 30 : sinks[b].cut;
-        return ca < cb;
-    });
-    for (int s : order) {
-        Sink& k = sinks[static_cast<std::size_t>(s)];
-        for (const Node* n : topo_order({k.expr}))
-            if (n->op == Op::Input)
-                if (auto it = level_of_name.find(n->name); it != level_of_name.end()) k.level = std::max(k.level, it->second + 1);
-        if (k.cut >= 0) level_of_name[plan.intermediates[static_cast<std::size_t>(k.cut)].name] = k.level;
-    }
-    // Sinks of one level that share any node, inputs included, fuse into one kernel: it reads each input
-    // once and computes shared work once. Sinks that share nothing are steps of their own.
     for (std::size_t s = 0; s < sinks.size(); ++s)
         for (const Node* n : topo_order({sinks[s].expr})) {
             auto [it, fresh] = first_sink_of_node.emplace(n, static_cast<int>(s));
             if (!fresh && sinks[static_cast<std::size_t>(it->second)].level == sinks[s].level)
-                parent[find(parent, static_cast<int>(s))] = find(parent, it->second);
+                parent[static_cast<std::size_t>(find(parent, static_cast<int>(s)))] = find(parent, it->second);
         }
     // Steps by level, then by their first sink (outputs in the order given come first).
-    std::vector<int> step_roots;
+    std::vector<int> groups;  // each group's root, in the order of its first sink
     for (std::size_t s = 0; s < sinks.size(); ++s)
-        if (find(parent, static_cast<int>(s)) == static_cast<int>(s)) step_roots.push_back(static_cast<int>(s));
-    auto first_of = [&](int root) {
-        for (std::size_t s = 0; s < sinks.size(); ++s)
-            if (find(parent, static_cast<int>(s)) == root) return static_cast<int>(s);
-        return root;
-    };
-    std::stable_sort(step_roots.begin(), step_roots.end(), [&](int a, int b) {
-        return std::pair(sinks[static_cast<std::size_t>(a)].level, first_of(a)) <
-               std::pair(sinks[static_cast<std::size_t>(b)].level, first_of(b));
+        if (const int g = find(parent, static_cast<int>(s)); std::find(groups.begin(), groups.end(), g) == groups.end())
+            groups.push_back(g);
+    std::stable_sort(groups.begin(), groups.end(), [&](int a, int b) {
+        return sinks[static_cast<std::size_t>(a)].level < sinks[static_cast<std::size_t>(b)].level;
     });
 
-    std::unordered_map<std::string, int> producer;  // intermediate name -> step
-    for (std::size_t st = 0; st < step_roots.size(); ++st) {
-        const int group = step_roots[st];
+    for (std::size_t st = 0; st < groups.size(); ++st) {
+        const int group = groups[st];
         Step step;
         // Kernel outputs: the program's outputs in the order given, then intermediates that are not outputs.
         for (std::size_t o = 0; o < roots.size(); ++o) {
@@ -207,7 +203,6 @@ Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs, DType d
             if (find(parent, static_cast<int>(s)) != group || k.cut < 0) continue;
             Intermediate& m = plan.intermediates[static_cast<std::size_t>(k.cut)];
             m.producer = static_cast<int>(st);
-            producer[m.name] = static_cast<int>(st);
             if (m.output >= 0) continue;  // written under the output's name above
             step.roots.push_back(k.expr);
             step.kernel.outputs.push_back(m.name);
@@ -220,14 +215,20 @@ Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs, DType d
         lower_region(step.roots, plan.exact_sums, step.kernel);
         step.chain_halo = step.kernel.halo;
         for (const std::string& in : step.kernel.inputs)
-            if (auto it = producer.find(in); it != producer.end()) {
-                step.chain_halo = std::max(step.chain_halo, step.kernel.halo + plan.steps[static_cast<std::size_t>(it->second)].chain_halo);
-                for (Intermediate& m : plan.intermediates)
-                    if (m.name == in) m.last_reader = static_cast<int>(st);
+            if (auto it = intermediate_of.find(in); it != intermediate_of.end()) {
+                Intermediate& m = plan.intermediates[static_cast<std::size_t>(it->second)];
+                step.chain_halo = std::max(step.chain_halo,
+                                           step.kernel.halo + plan.steps[static_cast<std::size_t>(m.producer)].chain_halo);
+                m.last_reader = static_cast<int>(st);
             }
         ir::verify(step.kernel);
         plan.halo = std::max(plan.halo, step.chain_halo);
         plan.steps.push_back(std::move(step));
+    }
+    // What each step's end frees: the intermediates (with memory of their own) nothing later reads.
+    for (std::size_t m = 0; m < plan.intermediates.size(); ++m) {
+        const Intermediate& t = plan.intermediates[m];
+        if (t.output < 0) plan.steps[static_cast<std::size_t>(t.freed_after())].frees.push_back(static_cast<int>(m));
     }
     return plan;
 }
@@ -244,7 +245,7 @@ std::string explain(const Plan& plan) {
         else
             out += fmt::format("intermediate {} = {}: written by step {}, {} ({})\n", m.name, Expr(m.node).str(),
                                m.producer, m.last_reader >= 0 ? fmt::format("read until step {}", m.last_reader) : "never read",
-                               fmt::format("freed after step {}", std::max(m.producer, m.last_reader)));
+                               fmt::format("freed after step {}", m.freed_after()));
     }
     for (std::size_t i = 0; i < plan.steps.size(); ++i) {
         const Step& s = plan.steps[i];

@@ -15,6 +15,7 @@
 // largest over the steps, what a chunk of rows (a tile, a stream's chunk, a Dask block) must carry.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +33,7 @@ struct Step {
     ir::Kernel kernel;               // kernel.inputs / kernel.outputs name panels of the plan
     std::vector<const Node*> roots;  // the expression of each kernel output (intermediates it reads included)
     std::int32_t chain_halo = 0;     // see above
+    std::vector<int> frees;          // intermediates (indices) nothing reads after this step
 };
 
 // A panel between steps that the program does not return (or returns under an output's name: `output`).
@@ -41,6 +43,7 @@ struct Intermediate {
     int producer = -1;     // the step that writes it
     int last_reader = -1;  // the last step that reads it: it can be freed after that step
     int output = -1;       // >= 0: it is the program's output of that index (no memory of its own)
+    int freed_after() const { return std::max(producer, last_reader); }
 };
 
 struct Plan {

@@ -59,10 +59,7 @@ static inline float __int_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4)
 #define FJ_ST_STREAM(a, v) (*(a) = (v))
 #define __device__
 #define __forceinline__ inline
-// Staged loads: a plain copy into a static array standing for the block's shared memory.
-#define FJ_CP_ASYNC(dst, src) std::memcpy(fj_smem + (dst), (src), sizeof(*(src)))
-#define FJ_CP_COMMIT() ((void)0)
-#define FJ_CP_WAIT(n) ((void)0)
+// Shared memory (echo rings, window-scan rings): a static array standing for the block's.
 alignas(16) static unsigned char fj_block_smem[1 << 20];  // one block runs at a time
 #define FJ_SMEM_DECL unsigned char* const fj_smem = fj_block_smem
 // Window-scan kernels: a block's threads are threads here, its barriers a std::barrier; copies are done at once.
@@ -500,7 +497,7 @@ TEST_CASE("generated kernels, run on the host, match the reference") {
         // a guarded warm-up loop, then batches of 3 rows (FJ_CUDA_UNROLL=3: a remainder loop too);
         // specialised ones with 3.
         const fj::rt::cuda::CudaSettings defaults;
-        Emulated emu(kernels, dtype, dir, cxx, {.unroll = defaults.unroll, .one_loop = defaults.one_loop});
+        Emulated emu(kernels, dtype, dir, cxx, {.unroll = defaults.unroll, .one_loop = defaults.one_loop != 0});
         REQUIRE_MESSAGE(emu.error().empty(), emu.error());
         Emulated batched(kernels, dtype, dir, cxx, {.unroll = 3});
         REQUIRE_MESSAGE(batched.error().empty(), batched.error());

@@ -123,7 +123,7 @@ ChainPlan plan_chained_scan(const KernelFacts& f, const WindowScanPlan& P) {
 // `slot` at lag L from fj_g<slot>_<L>, the group's row 0 at that lag in the ring (rows a batch reads lie
 // in one slot, or in the end of the slot before and the start of its own: contiguous, with the ring's
 // first slot preceded by a copy of the last's last rows). NaN before the pass in guarded batches.
-void ScanEmitter::chain_loads(int ind, const std::vector<bool>& phase, int i) {
+void ScanEmitter::chain_loads(int ind, const std::vector<bool>& phase, int i, bool guarded) {
     std::map<std::pair<int, int>, int> want;  // (input, row offset) -> a lag it is read at
     for (std::size_t x = 0; x < k_.body.size(); ++x)
         if (phase[x] && k_.body[x].op == Prim::Input) want.insert({{k_.body[x].slot, i - k_.body[x].lag}, k_.body[x].lag});
@@ -131,7 +131,7 @@ void ScanEmitter::chain_loads(int ind, const std::vector<bool>& phase, int i) {
     for (const auto& [at_row, lag] : want) {
         const auto [slot, off] = at_row;
         const std::string name = load_name(slot, off), at = fmt::format("fj_g{}_{}[{}]", slot, lag, i * kC);
-        if (mode_.guarded && off < 0)
+        if (guarded && off < 0)
             line(ind, "const float {} = u_seg >= {} ? {} : __int_as_float(0x7fc00000);", name, -off, at);
         else
             line(ind, "const float {} = {};", name, at);
@@ -142,8 +142,8 @@ void ScanEmitter::chain_loads(int ind, const std::vector<bool>& phase, int i) {
 // values, sticky first values).
 void ScanEmitter::chain_row_begin(int ind, const std::vector<bool>& phase, int i, bool guarded) {
     line(ind, "{{  // row u_seg + {}", i);
-    chain_loads(ind + 1, phase, i);
-    scan_prev_values(ind + 1, i);
+    chain_loads(ind + 1, phase, i, guarded);
+    scan_prev_values(ind + 1, i, guarded);
     scan_sticky_values(ind + 1, i, guarded, phase);
 }
 
@@ -168,7 +168,7 @@ void ScanEmitter::chain_batch(int ind, bool guarded) {
     const int QS = static_cast<int>(P.sums.size()), QC = static_cast<int>(P.counters.size());
     const std::size_t n = k_.body.size();
     const QuietRows* quiet = !guarded && H.quiet.ok ? &H.quiet : nullptr;
-    mode_.guarded = guarded;
+    const RowMode mode = scan_rows(guarded);
     const std::vector<bool>& in_e = H.in_entering;
     if (quiet) line(ind, "bool fj_quiet;  // this lane's counters are in their quiet states");
     line(ind, "{{  // A: the batch's entering sums and latest resets");
@@ -183,7 +183,7 @@ void ScanEmitter::chain_batch(int ind, bool guarded) {
     for (int i = 0; i < H.group; ++i) {
         chain_row_begin(in, in_e, i, guarded);
         for (std::size_t x = 0; x < n; ++x)
-            if (in_e[x]) inst(in + 1, i, x);
+            if (in_e[x]) inst(in + 1, i, x, mode);
         for (std::size_t q = 0; q < P.sums.size(); ++q)
             for (const SumTerm& t : H.split.entering[q]) {
                 const int st = P.sums[q].state;
@@ -245,24 +245,23 @@ void ScanEmitter::chain_batch(int ind, bool guarded) {
     line(ind, "}}");
     if (quiet) {
         line(ind, "if (__all_sync(0xffffffffu, fj_quiet)) {{  // every lane's rows are quiet");
-        chain_rows(ind + 1, quiet);
+        chain_rows(ind + 1, guarded, quiet);
         line(ind, "}} else {{");
-        chain_rows(ind + 1, nullptr);
+        chain_rows(ind + 1, guarded, nullptr);
         line(ind, "}}");
     } else {
-        chain_rows(ind, nullptr);
+        chain_rows(ind, guarded, nullptr);
     }
-    mode_.guarded = false;
 }
 
 // C: the batch's rows from the sums through the batch before; with `quiet`, for a batch whose counters are
 // in their quiet states: their tests and what those imply are constants and the counters are not kept.
-void ScanEmitter::chain_rows(int ind, const QuietRows* quiet) {
+void ScanEmitter::chain_rows(int ind, bool guarded, const QuietRows* quiet) {
     const WindowScanPlan& P = scan_;
     const ChainPlan& H = chain_;
     const std::size_t n = k_.body.size();
     auto still = [&](int state) { return quiet && quiet->has(state); };  // counters in their quiet states
-    mode_.quiet = quiet;  // (inst() gives what is known its value)
+    const RowMode mode = scan_rows(guarded, quiet);  // (inst() gives what is known its value)
     line(ind, "{{  // C: the batch's rows and results{}", quiet ? " (quiet)" : "");
     int in = ind + 1;
     for (const WindowSum& s : P.sums) {
@@ -288,9 +287,9 @@ void ScanEmitter::chain_rows(int ind, const QuietRows* quiet) {
     ++in;
     for (std::size_t o = 0; o < k_.outputs.size(); ++o) line(in, "{}* const out{} = p.out{} + t * ld_out{} + j;", T_, o, o, o);
     for (int i = 0; i < H.group; ++i) {
-        chain_row_begin(in, both, i, mode_.guarded);
+        chain_row_begin(in, both, i, guarded);
         for (std::size_t x = 0; x < n; ++x)
-            if (P.in_a[x]) inst(in + 1, i, x);
+            if (P.in_a[x]) inst(in + 1, i, x, mode);
         for (const RunCounter& c : P.counters) {
             if (P.tested_counters.count(c.state)) continue;
             line(in + 1, "if (v{}) fj_m{} = u_seg + {};", c.cond, c.state, i);
@@ -300,17 +299,16 @@ void ScanEmitter::chain_rows(int ind, const QuietRows* quiet) {
             for (const auto& [state, at_least] : bounds)
                 if (state == c.state) line(in + 1, "if (v{}) fj_v{}_{} = {};", c.cond, state, at_least, i + at_least);
         for (const CountTest& t : P.count_tests)
-            if (still(t.state)) inst(in + 1, i, static_cast<std::size_t>(t.compare));
+            if (still(t.state)) inst(in + 1, i, static_cast<std::size_t>(t.compare), mode);
             else line(in + 1, "const bool v{} = {} {} fj_v{}_{};", t.compare, i, t.negate ? "<" : ">=", t.state, t.at_least);
         for (std::size_t x = 0; x < n; ++x)
-            if (P.in_c[x] && !P.in_a[x] && !tested[x]) inst(in + 1, i, x);
+            if (P.in_c[x] && !P.in_a[x] && !tested[x]) inst(in + 1, i, x, mode);
         line(in, "}}");
     }
     for (const auto& [state, at_least] : bounds) line(in, "fj_v{}_{} -= {};", state, at_least, H.group);
     --in;
     line(in, "}}");
     line(ind, "}}");
-    mode_.quiet = nullptr;
 }
 
 std::string ScanEmitter::run_chain() {

@@ -57,13 +57,10 @@ namespace {
 // The analysis of `analysis` is that of `o`: every option but the shape's (window_scan, window_scan_chain)
 // equal to those it was built with.
 CudaKernelAnalysis::Impl& analysis_for(const CudaKernelAnalysis& analysis, const CudaEmitOptions& o) {
-    const CudaEmitOptions& a = analysis.options();
-    const bool same = a.dtype == o.dtype && a.unroll == o.unroll && a.reg_ring_max == o.reg_ring_max && a.strides == o.strides &&
-                      a.l2_prefetch_rows == o.l2_prefetch_rows && a.batched_edges == o.batched_edges &&
-                      a.warm_only_rows == o.warm_only_rows && a.cache_hints == o.cache_hints &&
-                      a.big_body_shapes == o.big_body_shapes && a.echo_rings == o.echo_rings &&
-                      a.echo_min_lag == o.echo_min_lag && a.rsqrt_refine == o.rsqrt_refine && a.one_loop == o.one_loop &&
-                      a.window_scan_ahead == o.window_scan_ahead && a.quiet_batches == o.quiet_batches;
+    CudaEmitOptions shape_aside = o;
+    shape_aside.window_scan = analysis.options().window_scan;
+    shape_aside.window_scan_chain = analysis.options().window_scan_chain;
+    const bool same = shape_aside == analysis.options();
     if (!same)
         throw BackendError(fmt::format("CUDA emitter: kernel {}: options other than the analysis's (besides the kernel shape)",
                                        analysis.kernel().name));

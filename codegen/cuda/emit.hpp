@@ -153,6 +153,8 @@ struct CudaEmitOptions {
     // what their phase A gathers) and the batched loop of column scans with register loads (a check of the
     // counters' conditions on the batch's rows, in registers already, before it; quiet_check.cpp).
     bool quiet_batches = true;
+
+    bool operator==(const CudaEmitOptions&) const = default;
 };
 
 // Window-scan kernels (codegen/cuda/window_scan.cpp) keep a block's 32 columns' whole window in shared

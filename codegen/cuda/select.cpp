@@ -36,11 +36,15 @@ bool specialise_for(std::int64_t rows, std::int64_t cols, const CudaSettings& se
     return static_cast<double>(rows) * static_cast<double>(cols) >= static_cast<double>(kSpecializeElements);
 }
 
+namespace {
+// The settings specialised kernels are made with: kSpecializedUnroll rows per batch unless FJ_CUDA_UNROLL
+// is set.
 CudaSettings specialised_settings(const CudaSettings& settings) {
     CudaSettings s = settings;
     if (!s.unroll_given) s.unroll = kSpecializedUnroll;
     return s;
 }
+}  // namespace
 
 int long_window_inputs(const ir::Kernel& kernel) {
     std::set<std::int32_t> slots;

@@ -87,9 +87,6 @@ struct KernelChoice {
 
 // Whether panels of rows x cols run on kernels specialised on their leading dimensions.
 bool specialise_for(std::int64_t rows, std::int64_t cols, const CudaSettings& settings);
-// The settings specialised kernels are made with: kSpecializedUnroll rows per batch unless FJ_CUDA_UNROLL
-// is set.
-CudaSettings specialised_settings(const CudaSettings& settings);
 // Inputs `kernel` reads kWindowScanMinLag or more rows back.
 int long_window_inputs(const ir::Kernel& kernel);
 

@@ -306,7 +306,7 @@ void ScanEmitter::scan_predefine(int ind, std::int32_t i, const std::string& exp
 
 // The ring values `phase` reads in the segment's rows, each row once (a row read at two lags, or as a
 // previous value and as this row's, is one load), NaN before the pass in guarded batches.
-void ScanEmitter::scan_segment_loads(int ind, const std::vector<bool>& phase) {
+void ScanEmitter::scan_segment_loads(int ind, const std::vector<bool>& phase, bool guarded) {
     const int seg_rows = scan_.segment_rows;
     std::set<std::pair<int, int>> want;  // (input, lag)
     for (std::size_t x = 0; x < k_.body.size(); ++x)
@@ -318,7 +318,7 @@ void ScanEmitter::scan_segment_loads(int ind, const std::vector<bool>& phase) {
             const int off = i - lag;
             if (!done.insert({slot, off}).second) continue;
             const std::string name = load_name(slot, off), at = fmt::format("fj_p{}_{}[{}]", slot, lag, i * kC);
-            if (mode_.guarded && off < 0)
+            if (guarded && off < 0)
                 line(ind, "const float {} = u_seg >= {} ? {} : __int_as_float(0x7fc00000);", name, -off, at);
             else
                 line(ind, "const float {} = {};", name, at);
@@ -326,14 +326,14 @@ void ScanEmitter::scan_segment_loads(int ind, const std::vector<bool>& phase) {
 }
 
 // Previous values of row i: the input one row further back, the state's init on the pass's first row.
-void ScanEmitter::scan_prev_values(int ind, int i) {
+void ScanEmitter::scan_prev_values(int ind, int i, bool guarded) {
     for (const PrevValue& p : scan_.prevs) {
         const auto st = static_cast<std::size_t>(p.state);
         const std::string v = load_name(p.input, i - p.lag - 1);
         const char* ty = f_.float_state[st] ? "float" : f_.int_state[st] ? (f_.int32_state[st] ? "int" : "long long") : "double";
         const std::string init = f_.float_state[st] ? flit(k_.states[st].init) : lit(k_.states[st].init);
         const std::string val = fmt::format("({}){}", ty, v);
-        if (mode_.guarded && i == 0) line(ind, "const {} s{} = u_seg >= 1 ? {} : ({}){};", ty, p.state, val, ty, init);
+        if (guarded && i == 0) line(ind, "const {} s{} = u_seg >= 1 ? {} : ({}){};", ty, p.state, val, ty, init);
         else line(ind, "const {} s{} = {};", ty, p.state, val);
     }
 }
@@ -368,11 +368,9 @@ void ScanEmitter::scan_prescan(int ind) {
     const int in = ind + 2;
     line(in, "const long long t = row_begin + fj_u;");
     for (int slot : inputs) line(in, "const float {} = p.in{}[t * ld_in{} + j];", load_name(slot, 0), slot, slot);
-    const bool saved = mode_.guarded;
-    mode_.guarded = true;
+    const RowMode pre = scan_rows(true);
     for (std::size_t i = 0; i < k_.body.size(); ++i)
-        if (P.in_pre[i]) inst(in, 0, i);
-    mode_.guarded = saved;
+        if (P.in_pre[i]) inst(in, 0, i, pre);
     std::string all;
     for (const StickyValue& s : P.stickies) {
         line(in, "if (fj_first{} == n_pass && v{}) {{ fj_first{} = fj_u; s{} = v{}; }}", s.state, s.cond, s.state, s.state,
@@ -432,7 +430,7 @@ void ScanEmitter::scan_batch(int ind, bool guarded) {
     const int segs = scan_.segments, seg_rows = scan_.segment_rows;
     const WindowScanPlan& P = scan_;
     const int QS = static_cast<int>(P.sums.size()), QC = static_cast<int>(P.counters.size());
-    mode_.guarded = guarded;
+    const RowMode mode = scan_rows(guarded);
     line(ind, "const int u_seg = u_batch + seg * {};  // the segment's first row in the pass", seg_rows);
     line(ind, "const long long t = row_begin + u_seg;");
     for (const auto& [slot, lag] : P.reads)
@@ -456,13 +454,13 @@ void ScanEmitter::scan_batch(int ind, bool guarded) {
     }
     for (const RunCounter& c : P.counters)
         line(in, "int fj_m{} = {};  // {}: latest reset", c.state, kNone, comment_safe(k_.states[c.state].what));
-    scan_segment_loads(in, P.in_a);
+    scan_segment_loads(in, P.in_a, guarded);
     for (int i = 0; i < seg_rows; ++i) {
         line(in, "{{  // row u_seg + {}", i);
-        scan_prev_values(in + 1, i);
+        scan_prev_values(in + 1, i, guarded);
         scan_sticky_values(in + 1, i, guarded, P.in_a);
         for (std::size_t x = 0; x < k_.body.size(); ++x)
-            if (P.in_a[x]) inst(in + 1, i, x);
+            if (P.in_a[x]) inst(in + 1, i, x, mode);
         for (const RunCounter& c : P.counters)
             line(in + 1, "if (v{}) fj_m{} = u_seg + {};", c.cond, c.state, i);
         for (const WindowSum& s : P.sums) line(in + 1, "fj_l{}_{} = (double)s{};", s.state, i, s.state);
@@ -510,10 +508,10 @@ void ScanEmitter::scan_batch(int ind, bool guarded) {
     std::vector<bool> tested(k_.body.size(), false);
     for (const CountTest& t : P.count_tests) tested[static_cast<std::size_t>(t.compare)] = true;
     for (std::size_t o = 0; o < k_.outputs.size(); ++o) line(ind, "{}* const out{} = fj_out{};", T_, o, o);
-    scan_segment_loads(ind, P.in_c);
+    scan_segment_loads(ind, P.in_c, guarded);
     for (int i = 0; i < seg_rows; ++i) {
         line(ind, "{{  // row u_seg + {}", i);
-        scan_prev_values(ind + 1, i);
+        scan_prev_values(ind + 1, i, guarded);
         scan_sticky_values(ind + 1, i, guarded, P.in_c);
         for (const WindowSum& s : P.sums) scan_predefine(ind + 1, s.root, fmt::format("fj_e{} + fj_l{}_{}", s.state, s.state, i));
         for (const RunCounter& c : P.counters)
@@ -523,10 +521,9 @@ void ScanEmitter::scan_batch(int ind, bool guarded) {
             line(ind + 1, "const bool v{} = {}(fj_m{}_{} == {} && fj_b{}_{} <= {});", t.compare, t.negate ? "!" : "", t.state, i,
                  kNone, t.state, t.at_least, i);
         for (std::size_t x = 0; x < k_.body.size(); ++x)
-            if (P.in_c[x] && !tested[x]) inst(ind + 1, i, x);
+            if (P.in_c[x] && !tested[x]) inst(ind + 1, i, x, mode);
         line(ind, "}}");
     }
-    mode_.guarded = false;
 }
 
 // The constant leading dimensions, the loop over the block's time tiles, a pass's rows and its batches of

@@ -83,9 +83,7 @@ public:
     // `chain`: the chained scan's plan, for run_chain().
     ScanEmitter(const KernelFacts& facts, const WindowScanPlan& scan, const ChainPlan& chain)
         : f_(facts), k_(facts.kernel), o_(facts.options), T_(facts.options.dtype == DType::F32 ? "float" : "double"),
-          name_(cuda_kernel_name(facts.kernel)), scan_(scan), chain_(chain), printer_(src_, facts, no_echo_) {
-        mode_.window_scan = true;  // (stores also test the lane and row_end)
-    }
+          name_(cuda_kernel_name(facts.kernel)), scan_(scan), chain_(chain), printer_(src_, facts, no_echo_) {}
     // The whole translation unit of the window-scan kernel (throws BackendError when the plan is not ok).
     std::string run_scan();
     // The chained window scan's translation unit (throws BackendError when the plan is not ok).
@@ -94,7 +92,16 @@ public:
 private:
     template <class... A>
     void line(int indent, fmt::format_string<A...> f, A&&... a) { src_.line(indent, f, std::forward<A>(a)...); }
-    void inst(int ind, int u, std::size_t i) { printer_.inst(ind, u, i, mode_); }
+    void inst(int ind, int u, std::size_t i, const RowMode& mode) { printer_.inst(ind, u, i, mode); }
+    // A window scan's rows (stores also test the lane, and row_end when guarded): guarded in a pass's first
+    // batches, with what is known in a chained scan's quiet batches.
+    static RowMode scan_rows(bool guarded, const QuietRows* quiet = nullptr) {
+        RowMode m;
+        m.window_scan = true;
+        m.guarded = guarded;
+        m.quiet = quiet;
+        return m;
+    }
     static std::string load_name(int slot, int off) { return InstructionPrinter::load_name(slot, off); }
     // (window_scan.cpp)
     void scan_prescan(int ind);
@@ -102,17 +109,17 @@ private:
     std::string scan_first_values_row() const;
     void scan_loader(int ind);
     void scan_batch(int ind, bool guarded);
-    void scan_segment_loads(int ind, const std::vector<bool>& phase);
-    void scan_prev_values(int ind, int i);
+    void scan_segment_loads(int ind, const std::vector<bool>& phase, bool guarded);
+    void scan_prev_values(int ind, int i, bool guarded);
     void scan_predefine(int ind, std::int32_t i, const std::string& expr);
     void scan_sticky_values(int ind, int i, bool guarded, const std::vector<bool>& phase);
     // (L2 hints' macros as for a column scan with the options' cache_hints: unused, but part of the source.)
     void header() { print_header(src_, f_, {f_.batch_rows, false, o_.cache_hints && !o_.strides.empty(), true}); }
     // (chained_scan.cpp)
-    void chain_loads(int ind, const std::vector<bool>& phase, int i);
+    void chain_loads(int ind, const std::vector<bool>& phase, int i, bool guarded);
     void chain_row_begin(int ind, const std::vector<bool>& phase, int i, bool guarded);
     void chain_batch(int ind, bool guarded);
-    void chain_rows(int ind, const QuietRows* quiet);
+    void chain_rows(int ind, bool guarded, const QuietRows* quiet);
     void chain_group_begin(int ind);
 
     const KernelFacts& f_;
@@ -125,9 +132,6 @@ private:
     const std::vector<EchoRing> no_echo_;
     Source src_;
     InstructionPrinter printer_;
-    // The rows being printed: a window scan's, guarded in a pass's first batches, quiet in a chained scan's
-    // quiet batches.
-    RowMode mode_;
 };
 
 }  // namespace fj::codegen::detail

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -53,7 +54,7 @@ public:
         // Intermediates: dense panels (ld = cols) of the run's dtype, made by their producing step and
         // dropped after their last reader.
         const std::size_t elem = dtype_size(outputs.front().dtype);
-        std::vector<std::vector<std::byte>> tmp(plan_.intermediates.size());
+        std::vector<std::unique_ptr<std::byte[]>> tmp(plan_.intermediates.size());  // (uninitialised: the step writes every element)
         auto panel = [&](const codegen::Plan::Slot& at) -> std::pair<void*, std::int64_t> {
             const std::size_t i = static_cast<std::size_t>(at.index);
             switch (at.kind) {
@@ -61,8 +62,8 @@ public:
             case codegen::Plan::Slot::Output: return {outputs[i].data, outputs[i].ld};
             case codegen::Plan::Slot::Intermediate: break;
             }
-            if (tmp[i].empty()) tmp[i].resize(static_cast<std::size_t>(rows * cols) * elem);
-            return {tmp[i].data(), cols};
+            if (!tmp[i]) tmp[i].reset(new std::byte[static_cast<std::size_t>(rows * cols) * elem]);
+            return {tmp[i].get(), cols};
         };
         for (std::size_t si = 0; si < plan_.steps.size(); ++si) {
             const ir::Kernel& k = plan_.steps[si].kernel;
@@ -105,10 +106,7 @@ public:
                 a.scratch = buf.data();
                 fn(&a);
             });
-            for (std::size_t m = 0; m < plan_.intermediates.size(); ++m) {
-                const codegen::Intermediate& t = plan_.intermediates[m];
-                if (std::max(t.producer, t.last_reader) == static_cast<int>(si)) std::vector<std::byte>().swap(tmp[m]);
-            }
+            for (int m : plan_.steps[si].frees) tmp[static_cast<std::size_t>(m)].reset();
         }
     }
 

@@ -46,7 +46,6 @@ struct LoadedKernel {
     int registers = 0, local_bytes = 0;
     int block = 0, blocks_per_sm = 0;
     int smem_per_thread = 0;  // dynamic shared memory the kernel uses per thread (staged loads, echo rings)
-    codegen::KernelShape shape = codegen::KernelShape::ColumnScan;
     // Window-scan kernels: their launch needs (smem_bytes 0 for the column scan): dynamic shared memory per
     // block (blocks of their __launch_bounds__ threads owning codegen::kWindowScanColumns columns) and the
     // rows of their tensor copies.
@@ -56,7 +55,7 @@ struct LoadedKernel {
 using ArgRef = codegen::Plan::Slot;  // where a kernel argument's panel lives in a run
 
 struct KernelInfo {  // one kernel of an executable
-    ir::Kernel kernel;
+    const ir::Kernel* kernel = nullptr;  // its plan step's (the plan outlives the executable)
     std::shared_ptr<const LoadedKernel> loaded;
     CacheSource source = CacheSource::Compiled;
     double ms = 0;       // compile / disk read / 0
@@ -82,13 +81,13 @@ class CudaExecutable final : public Executable {
 public:
     CudaExecutable(const Device& dev, const codegen::Plan& plan, DType dtype, const CompileOptions& options,
                    CudaSettings settings, std::vector<KernelInfo> kernels, double prepare_ms, Specializer specialize)
-        : dev_(dev), dtype_(dtype), options_(options), settings_(settings), plan_(plan), inputs_(plan.inputs),
-          outputs_(plan.outputs), kernels_(std::move(kernels)), prepare_ms_(prepare_ms),
+        : dev_(dev), dtype_(dtype), options_(options), settings_(settings), plan_(plan),
+          kernels_(std::move(kernels)), prepare_ms_(prepare_ms),
           specialize_(std::move(specialize)) {
         // Argument sources by index, so that a run looks nothing up by name.
         for (KernelInfo& k : kernels_) {
-            for (const std::string& n : k.kernel.inputs) k.in_refs.push_back(plan.slot_of(n));
-            for (const std::string& n : k.kernel.outputs) k.out_refs.push_back(plan.slot_of(n));
+            for (const std::string& n : k.kernel->inputs) k.in_refs.push_back(plan.slot_of(n));
+            for (const std::string& n : k.kernel->outputs) k.out_refs.push_back(plan.slot_of(n));
         }
         shapes_.resize(kernels_.size());
         shape_fn_.resize(kernels_.size());
@@ -120,7 +119,6 @@ private:
     CompileOptions options_;
     CudaSettings settings_;
     const codegen::Plan& plan_;  // (owned by the Program, which outlives its executables)
-    std::vector<std::string> inputs_, outputs_;
     std::vector<KernelInfo> kernels_;
     double prepare_ms_ = 0;
     CUstream stream_ = nullptr;
@@ -145,7 +143,7 @@ const LoadedKernel& CudaExecutable::kernel_for_run(std::size_t i, std::int64_t r
     for (const ArgRef& r : k.in_refs) strides.push_back(view(r).ld);
     for (const ArgRef& r : k.out_refs) strides.push_back(view(r).ld);
     if (!k.fixed || strides != k.fixed_strides) {
-        k.fixed = specialize_(k.kernel, {strides, true}, &k.fixed_source, &k.fixed_ms);
+        k.fixed = specialize_(*k.kernel, {strides, true}, &k.fixed_source, &k.fixed_ms);
         k.fixed_column.reset();
         k.fixed_strides = strides;
     }
@@ -162,7 +160,7 @@ const LoadedKernel& CudaExecutable::kernel_for_run(std::size_t i, std::int64_t r
             if (!k.fixed_column) {
                 CacheSource source;
                 double ms = 0;
-                k.fixed_column = specialize_(k.kernel, {strides, false}, &source, &ms);
+                k.fixed_column = specialize_(*k.kernel, {strides, false}, &source, &ms);
             }
             return *k.fixed_column;
         }
@@ -184,7 +182,7 @@ void CudaExecutable::update_shapes(std::int64_t rows, std::int64_t cols) {
         LaunchInput li;
         li.rows = rows;
         li.cols = cols;
-        li.halo = kernels_[i].kernel.halo;
+        li.halo = kernels_[i].kernel->halo;
         const bool scan = lk.scan.smem_bytes > 0;  // window scan: its block is fixed
         li.block = settings_.block && !scan ? settings_.block : lk.block;
         li.blocks_per_sm = settings_.block && !scan ? std::max(1, lk.blocks_per_sm * lk.block / settings_.block) : lk.blocks_per_sm;
@@ -213,9 +211,9 @@ void CudaExecutable::update_shapes(std::int64_t rows, std::int64_t cols) {
 }
 
 void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs) {
-    if (inputs.size() != inputs_.size() || outputs.size() != outputs_.size())
+    if (inputs.size() != plan_.inputs.size() || outputs.size() != plan_.outputs.size())
         throw InputError(fmt::format("cuda: run with {} input(s) and {} output(s); the program has {} and {}",
-                                     inputs.size(), outputs.size(), inputs_.size(), outputs_.size()));
+                                     inputs.size(), outputs.size(), plan_.inputs.size(), plan_.outputs.size()));
     const Panel& shape = !outputs.empty() ? outputs[0] : inputs.at(0);
     const std::int64_t rows = shape.rows, cols = shape.cols;
     std::lock_guard<std::mutex> lock(run_mutex_);
@@ -267,12 +265,9 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
         FJ_CU(cuLaunchKernel, shape_fn_[i], static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.grid_y), 1u,
               static_cast<unsigned>(s.block), 1u, 1u, static_cast<unsigned>(shape_smem_[i]), stream_, params, nullptr);
         // Intermediates nothing later reads go back to the pool, ordered after this step on the stream.
-        for (std::size_t m = 0; m < plan_.intermediates.size(); ++m) {
-            const codegen::Intermediate& t = plan_.intermediates[m];
-            if (t.output < 0 && std::max(t.producer, t.last_reader) == static_cast<int>(i)) {
-                mem.release(tmp_views_[m].ptr);
-                tmp_views_[m].ptr = 0;
-            }
+        for (int m : plan_.steps[i].frees) {
+            mem.release(tmp_views_[static_cast<std::size_t>(m)].ptr);
+            tmp_views_[static_cast<std::size_t>(m)].ptr = 0;
         }
     }
     for (std::size_t o = 0; o < outputs.size(); ++o)
@@ -310,7 +305,7 @@ std::string CudaExecutable::explain() const {
         out += fmt::format("  kernel {}: {} ({:.2f} ms, module load {:.2f} ms), {} registers, {} bytes local, "
                            "block {} ({} per SM), halo {}\n",
                            lk.function, cache_source_name(k.source), k.ms, k.load_ms, lk.registers, lk.local_bytes,
-                           lk.block, lk.blocks_per_sm, k.kernel.halo);
+                           lk.block, lk.blocks_per_sm, k.kernel->halo);
         if (k.fixed)
             out += fmt::format("    specialised on leading dimensions [{}] ({}, {:.2f} ms), {} registers, block {} ({} per "
                                "SM){}\n",
@@ -361,7 +356,6 @@ std::shared_ptr<const LoadedKernel> CudaBackend::load(const std::string& key, co
     lk->function = e.function;
     const int smem_per_thread = e.smem_per_thread;
     lk->smem_per_thread = smem_per_thread;
-    lk->shape = choice.shape;
     lk->scan = choice.scan;
     const int block_smem = lk->scan.smem_bytes;
     FJ_CU(cuModuleLoadData, &lk->module, e.image.data());
@@ -426,9 +420,9 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
     {
         std::lock_guard<std::mutex> lock(mutex_);
         for (std::size_t i = 0; i < n; ++i) {
-            kernels[i].kernel = plan.steps[i].kernel;
-            choices[i] = codegen::select_kernel(kernels[i].kernel, dtype, {}, facts, settings);
-            keys[i] = cuda_kernel_key(kernels[i].kernel, dtype, target_.arch, target_.cubin, choices[i]);
+            kernels[i].kernel = &plan.steps[i].kernel;
+            choices[i] = codegen::select_kernel(*kernels[i].kernel, dtype, {}, facts, settings);
+            keys[i] = cuda_kernel_key(*kernels[i].kernel, dtype, target_.arch, target_.cubin, choices[i]);
             auto it = loaded_.find(keys[i]);
             if (it != loaded_.end()) {
                 kernels[i].loaded = it->second;
@@ -443,7 +437,7 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
     ThreadPool::shared(thread_count(0)).parallel_for(static_cast<std::int64_t>(missing.size()), [&](std::int64_t m, int) {
         const std::size_t i = missing[static_cast<std::size_t>(m)];
         results[static_cast<std::size_t>(m)] = KernelCache::global().get(keys[i], [&] {
-            return compile_cuda_kernel(kernels[i].kernel, dtype, target_.arch, target_.cubin, choices[i]).entry;
+            return compile_cuda_kernel(*kernels[i].kernel, dtype, target_.arch, target_.cubin, choices[i]).entry;
         });
     });
     for (std::size_t m = 0; m < missing.size(); ++m) {
