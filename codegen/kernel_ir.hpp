@@ -35,6 +35,11 @@ enum class Type : std::uint8_t { F64, Bool, Void };
     X(StoreState)   /* state #slot := a */                                                                \
     X(RingPush)     /* ring #slot: this row's value := a (once per row, before reads of this row) */      \
     X(Output)       /* output #slot := a, stored (as the panel dtype) only when t >= out_begin */         \
+    /* refolds (struct Refold): a window's sums recomputed from its own rows on the rare rows that need it */ \
+    X(Refold)       /* Void: where Bool a holds (per column), runs refold #slot of Kernel::refolds */     \
+    X(RefoldValue)  /* F64: export #lag of refold #slot where its Refold ran on this row, else a */      \
+    X(Outer)        /* refold bodies only: the main-body value a (computed before the Refold) */         \
+    X(Fold)         /* refold epilogues only, F64: sum #slot over the lags (imm 0), or its low part (1) */ \
     /* arithmetic, IEEE-754 double, no fast-math */                                                       \
     X(Add) X(Sub) X(Mul) X(Div) X(Neg) X(Abs) X(Sqrt) X(Exp) X(Log) X(Pow)                                \
     X(Floor)                                                                                              \
@@ -82,11 +87,40 @@ struct Ring {
 };
 
 // A value that repeats one computed `lag` rows earlier: body[later] at row t equals body[earlier] at row
-// t - lag wherever row t - lag was run by the same pass. A window's leaving term is its entering term d rows
+// t - lag wherever row t - lag was run by the same pass, and no refold listing `earlier` in its refreshes ran
+// on rows t - lag + 1 .. t (where one did, `earlier` is as the refold recomputed it). A window's leaving term is its entering term d rows
 // on (lower_ops.cpp states each such pair); a backend may keep the earlier value instead of computing the
 // later one again (the CUDA column scan, in shared memory), or ignore the hint: both are right.
 struct Echo {
     std::int32_t later = -1, earlier = -1, lag = 0;
+};
+
+// A refold recomputes window sums from the window's own rows, for the rows where running sums would break
+// the accuracy contract (a leaving value that dominated them, a level far from their shift: docs/numerics.md).
+// Where its Refold instruction's condition holds on a row (per column), a backend runs `body`:
+//   * instructions [0, per_lag) once for each lag k = 0 .. rows - 1, in any order: Input, RowInPass and
+//     RingRead read at their lag + k (RingRead: lag + rows - 1 within the ring); Outer reads a main-body
+//     value computed before the Refold instruction;
+//   * `sums`: per-lag values summed over k, with a compensated (Neumaier) sum: Fold(slot i) is the sum,
+//     Fold with imm 1 the part of it the rounded sum misses;
+//   * instructions [per_lag, size), the epilogue, once: arithmetic on Folds and Outers;
+//   * RefoldValue(slot r, lag e, a) in the main body is body[exports[e]] on such rows and `a` elsewhere. Each
+//     refold has one Refold instruction; its RefoldValues follow it.
+// Rows where the condition does not hold cost a backend the test and nothing else.
+struct Refresh {
+    std::int32_t main = -1;   // a main-body value whose past values a backend may keep (an echo's `earlier`)
+    std::int32_t value = -1;  // per-lag body value: what `main` is on row t - k under the states the refold sets
+};
+
+struct Refold {
+    std::int32_t rows = 0;
+    std::int32_t per_lag = 0;
+    std::vector<Inst> body;
+    std::vector<std::int32_t> sums;
+    std::vector<std::int32_t> exports;
+    // Echoes (below) whose earlier value a refold changes: a backend keeping `main`'s past values refreshes
+    // rows t - rows + 1 .. t from `value`, or does not keep them.
+    std::vector<Refresh> refreshes;
 };
 
 struct Kernel {
@@ -97,6 +131,7 @@ struct Kernel {
     std::vector<Ring> rings;
     std::vector<Inst> body;
     std::vector<Echo> echoes;
+    std::vector<Refold> refolds;
     std::int32_t halo = 0;            // warm-up rows a tile needs before its first output row
     std::int32_t max_input_lag = 0;   // the largest lag of any Input
 
@@ -113,5 +148,10 @@ struct Kernel {
 // (index and primitive) and what is wrong. The planner runs it on what it makes; the CUDA emitter on what
 // it is given (a malformed kernel would otherwise become wrong code, or an index out of bounds).
 void verify(const Kernel& kernel);
+
+// `kernel` as if no refold's condition ever held: Refold instructions dropped, RefoldValues replaced by their
+// fallbacks, and what then feeds no output removed (states, rings and instructions renumbered in order).
+// For backends that guard their sums otherwise (or not yet: docs/numerics.md says which).
+Kernel without_refolds(const Kernel& kernel);
 
 }  // namespace fj::ir

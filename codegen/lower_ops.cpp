@@ -1,6 +1,7 @@
 #include "codegen/lower_ops.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <map>
@@ -56,8 +57,8 @@ struct Dd {  // a double-double value, or a plain double when lo < 0
 // from a ring that is pushed right after the value is computed.
 class Lowering {
 public:
-    Lowering(ir::Kernel& k, const std::vector<const Node*>& roots, bool exact)
-        : k_(k), ir_(k), exact_(exact) {
+    Lowering(ir::Kernel& k, const std::vector<const Node*>& roots, bool exact, double tolerance)
+        : k_(k), ir_(k), exact_(exact), tolerance_(tolerance) {
         for (std::size_t i = 0; i < k.inputs.size(); ++i) input_slot_[k.inputs[i]] = static_cast<int>(i);
         plan_history(roots);
         plan_moment_groups(roots);
@@ -76,6 +77,7 @@ private:
     V moments(const Node* n);          // sum, mean, count, var, std
     V pair_moments(const Node* n);     // corr, cov
     V extreme(const Node* n, bool max);  // min, max
+    V at_refold_lag(IrBuilder& part, const Node* x, int lag, std::map<std::pair<const Node*, int>, V>& memo);
 
     void plan_history(const std::vector<const Node*>& roots);
     void plan_moment_groups(const std::vector<const Node*>& roots);
@@ -103,6 +105,7 @@ private:
     std::set<std::pair<const Node*, int>> partial_;
     std::set<std::tuple<const Node*, const Node*, int>> partial_pairs_;
     bool exact_ = false;  // double-double sums (float64 panels)
+    double tolerance_ = 0;  // relative error of the sums' results at which a refold rebuilds them
 };
 
 std::string Lowering::label(const Node* n) const {
@@ -298,40 +301,72 @@ V constancy_full(IrBuilder& ir, V x, int d, const std::string& what) {
 // row instead of one select; a run counter is also a select of a constant on a GPU).
 V finite_run(IrBuilder& ir, V finite, const std::string& what) { return rows_since(ir, ir.lnot(finite), "a non-finite " + what); }
 
+// Double-double arithmetic on IR values, in whichever builder needs it (the running sums of a kernel's body,
+// a refold's epilogue): exact products by FMA, TwoSum, and the centred moment n*a - b*c.
+struct DdMath {
+    IrBuilder& ir;
+    bool exact;
+
+    Dd product(V a, V b) {
+        V p = ir.mul(a, b);
+        if (!exact) return {p, -1};
+        return {p, ir.f(Prim::Fma, a, b, ir.f(Prim::Neg, p))};  // a*b - p exactly
+    }
+    // (s, e) with s + e == a + b exactly.
+    std::pair<V, V> two_sum(V a, V b) {
+        V sum = ir.add(a, b);
+        V bb = ir.sub(sum, a);
+        V err = ir.add(ir.sub(a, ir.sub(sum, bb)), ir.sub(b, bb));
+        return {sum, err};
+    }
+    // n*a - b*c (the centred second moment times n), accurate where the terms cancel.
+    V centred(V n, Dd a, Dd b, Dd c) {
+        if (!exact) return ir.f(Prim::Fma, n, a.hi, ir.f(Prim::Neg, ir.mul(b.hi, c.hi)));
+        Dd q = product(n, a.hi);
+        Dd p = product(b.hi, c.hi);
+        V q_lo = ir.add(q.lo, ir.mul(n, a.lo));
+        V p_lo = ir.add(p.lo, ir.add(ir.mul(b.hi, c.lo), ir.mul(b.lo, c.hi)));
+        return ir.add(ir.sub(q.hi, p.hi), ir.sub(q_lo, p_lo));
+    }
+    V value(Dd s) { return exact ? ir.add(s.hi, s.lo) : s.hi; }
+};
+
 // Running shifted sums of the finite values entering and leaving a window.
 //
 // The shift (the first finite value of the pass) keeps the sums small for price-like data; each pass
 // (time tile) re-seeds it. For float32 panels whose values stay within about 2^14 times their spread of
 // the shift, the shifted values, their squares and products are exact in float64 and so are their sums
 // (multiples of one quantum, far fewer than 2^53 of them): values leave the sums exactly as they
-// entered. Float64 panels have no such slack, and neither has a float32 column whose level moves far
-// within a tile (1e4, then 100 +- 1e-4): with exact sums (always for float64, CompileOptions::exact_sums
-// for float32) every sum is a double-double (TwoSum) fed with exact products (FMA), so leaving values
-// leave no residue, and the centred moments are formed as n*Sxx - Sx^2 in double-double too. Without
-// that, a nearly constant window after a varying stretch loses most of its digits.
+// entered. Float64 panels have no such slack: with exact sums (always for float64, CompileOptions::exact_sums
+// for float32) every sum is a double-double (TwoSum) fed with exact products (FMA), and the centred
+// moments are formed as n*Sxx - Sx^2 in double-double too. Where neither is enough (a leaving value that
+// dominated the sums, a level far from the shift) a refold rebuilds the sums from the window's own rows:
+// see WindowGuard below and docs/numerics.md.
 // Infinite values are counted, not summed: a window holding +inf sums to +inf, one with both signs to
 // NaN, and its variance is NaN, as the two-pass definition gives.
+//
+// The sums' new values are stored by commit(), after the guard has decided whether to refold them.
 class Sums {
 public:
     Sums(IrBuilder& ir, bool exact, V in_valid, V out_valid)
-        : ir_(ir), exact_(exact), in_(in_valid), out_(out_valid), zero_(ir.constant(0)) {}
+        : ir_(ir), dd_{ir, exact}, in_(in_valid), out_(out_valid), zero_(ir.constant(0)) {}
 
     // Values entering and leaving, zeroed where they do not count: masked once, so that sums and
     // products of masked values need no further selects (each select is two instructions on a GPU).
     V in(V v) { return ir_.select(in_, v, zero_); }
     V out(V v) { return ir_.select(out_, v, zero_); }
-    // Adds masked `in` and removes masked `out` from a sum kept in new states.
-    Dd add(const std::string& what, V in, V out) { return add_terms(what, {in, -1}, {out, -1}); }
+    // Adds masked `in` and removes masked `out` from a sum kept in new states; returns the sum's index.
+    int add(const std::string& what, V in, V out) { return add_terms(what, {in, -1}, {out, -1}); }
     // The same for the products a*b entering and c*d leaving (masked factors), exact when sums are.
-    Dd add_product(const std::string& what, V a, V b, V c, V d) {
-        if (!exact_) {  // two fused steps, each rounding once (exact wherever the plain sums are)
+    int add_product(const std::string& what, V a, V b, V c, V d) {
+        if (!dd_.exact) {  // two fused steps, each rounding once (exact wherever the plain sums are)
             int slot = ir_.new_state(0, what);
             V s = ir_.f(Prim::Fma, a, b, ir_.load(slot));
             s = ir_.f(Prim::Fma, ir_.f(Prim::Neg, c), d, s);
-            ir_.store(slot, s);
-            return {s, -1};
+            sums_.push_back({slot, -1, {s, -1}});
+            return static_cast<int>(sums_.size() - 1);
         }
-        return add_terms(what, product(a, b), product(c, d));
+        return add_terms(what, dd_.product(a, b), dd_.product(c, d));
     }
     V count(const std::string& what) {  // small integers: exact in any precision
         V one = ir_.constant(1);  // selects of constants: one masked move each with AVX-512
@@ -341,70 +376,187 @@ public:
         ir_.store(slot, n);
         return n;
     }
-    // n*a - b*c (the centred second moment times n), accurate where the terms cancel.
-    V centred(V n, Dd a, Dd b, Dd c) {
-        if (!exact_) return ir_.f(Prim::Fma, n, a.hi, ir_.f(Prim::Neg, ir_.mul(b.hi, c.hi)));
-        Dd q = product(n, a.hi);
-        Dd p = product(b.hi, c.hi);
-        V q_lo = ir_.add(q.lo, ir_.mul(n, a.lo));
-        V p_lo = ir_.add(p.lo, ir_.add(ir_.mul(b.hi, c.lo), ir_.mul(b.lo, c.hi)));
-        return ir_.add(ir_.sub(q.hi, p.hi), ir_.sub(q_lo, p_lo));
+    Dd running(int sum) const { return sums_[static_cast<std::size_t>(sum)].value; }
+    std::size_t size() const { return sums_.size(); }
+    bool exact() const { return dd_.exact; }
+    DdMath& dd() { return dd_; }
+    // Stores each sum's new value: final(sum index, its running value) (the refolded one where a refold ran).
+    template <class Final> void commit(Final final) {
+        for (std::size_t i = 0; i < sums_.size(); ++i) {
+            Dd v = final(static_cast<int>(i), sums_[i].value);
+            ir_.store(sums_[i].hi_slot, v.hi);
+            if (sums_[i].lo_slot >= 0) ir_.store(sums_[i].lo_slot, v.lo);
+        }
     }
-    V value(Dd s) { return exact_ ? ir_.add(s.hi, s.lo) : s.hi; }
+    void commit() {
+        commit([](int, Dd v) { return v; });
+    }
 
 private:
-    Dd product(V a, V b) {
-        V p = ir_.mul(a, b);
-        if (!exact_) return {p, -1};
-        return {p, ir_.f(Prim::Fma, a, b, ir_.f(Prim::Neg, p))};  // a*b - p exactly
-    }
-    // (s, e) with s + e == a + b exactly.
-    std::pair<V, V> two_sum(V a, V b) {
-        V sum = ir_.add(a, b);
-        V bb = ir_.sub(sum, a);
-        V err = ir_.add(ir_.sub(a, ir_.sub(sum, bb)), ir_.sub(b, bb));
-        return {sum, err};
-    }
-    Dd add_terms(const std::string& what, Dd in, Dd out) {
+    struct Sum {
+        int hi_slot, lo_slot;
+        Dd value;
+    };
+    int add_terms(const std::string& what, Dd in, Dd out) {
         V vin = in.hi, vout = out.hi;
         int hi_slot = ir_.new_state(0, what);
-        if (!exact_) {
+        if (!dd_.exact) {
             V s = ir_.add(ir_.load(hi_slot), ir_.sub(vin, vout));
-            ir_.store(hi_slot, s);
-            return {s, -1};
+            sums_.push_back({hi_slot, -1, {s, -1}});
+            return static_cast<int>(sums_.size() - 1);
         }
         int lo_slot = ir_.new_state(0, what + " (low part)");
-        auto [s1, e1] = two_sum(ir_.load(hi_slot), vin);
-        auto [s2, e2] = two_sum(s1, ir_.f(Prim::Neg, vout));
+        auto [s1, e1] = dd_.two_sum(ir_.load(hi_slot), vin);
+        auto [s2, e2] = dd_.two_sum(s1, ir_.f(Prim::Neg, vout));
         V lo = ir_.add(ir_.load(lo_slot), ir_.add(e1, e2));
         if (in.lo >= 0) lo = ir_.add(lo, ir_.sub(in.lo, out.lo));
-        ir_.store(hi_slot, s2);
-        ir_.store(lo_slot, lo);
-        return {s2, lo};
+        sums_.push_back({hi_slot, lo_slot, {s2, lo}});
+        return static_cast<int>(sums_.size() - 1);
     }
 
     IrBuilder& ir_;
-    bool exact_;
+    DdMath dd_;
     V in_, out_, zero_;
+    std::vector<Sum> sums_;
 };
 
-V shifted(IrBuilder& ir, int slot, V x, V valid) {
+// The shift of a group's sums: the first finite value of the pass, until a refold moves it (stored by the
+// group once the guard has decided).
+V sticky_shift(IrBuilder& ir, int slot, V x, V valid) {
     V s = ir.load(slot);
-    V s1 = ir.select(ir.land(ir.isnan(s), valid), x, s);
-    ir.store(slot, s1);
-    return s1;
+    return ir.select(ir.land(ir.isnan(s), valid), x, s);
 }
 
 // The masked, shifted value leaving a window is the one that entered it d rows before: where the leaving
-// row is finite it was finite on entering too, so the shift (sticky: set by the pass's first finite row)
-// was already set and both are x - shift of the same x; elsewhere both are 0. Stated as an echo
-// (kernel_ir.hpp), so that a backend can keep the entering value instead of loading, converting and
-// shifting the row again.
+// row is finite it was finite on entering too, so the shift (set by the pass's first finite row, or by a
+// refold, which refreshes what it changes) was already set and both are x - shift of the same x; elsewhere
+// both are 0. Stated as an echo (kernel_ir.hpp), so that a backend can keep the entering value instead of
+// loading, converting and shifting the row again.
 void leaves_as_entered(IrBuilder& ir, V leaving, V entering, int d) { ir.kernel().echoes.push_back({leaving, entering, d}); }
 
 V at_least(IrBuilder& ir, V n, int m) { return ir.b(Prim::CmpGE, n, ir.constant(m)); }
 
 V is_finite(IrBuilder& ir, V x) { return ir.lt(ir.f(Prim::Abs, x), ir.constant(kInf)); }
+
+// A refold under construction (kernel_ir.hpp, struct Refold): its per-lag part, its sums, then its epilogue
+// and exports, then the Refold instruction and the RefoldValues in the kernel's body.
+class RefoldBuilder {
+public:
+    RefoldBuilder(IrBuilder& main, int rows) : main_(main), lag_part_(scratch_), epilogue_(scratch_) {
+        refold_.rows = rows;
+    }
+    // The per-lag part's builder (Input, RingRead and RowInPass lags count from lag k).
+    IrBuilder& lag() { return lag_part_; }
+    IrBuilder& epilogue() {
+        if (refold_.per_lag == 0 && !in_epilogue_) {
+            refold_.per_lag = static_cast<std::int32_t>(scratch_.body.size());
+            in_epilogue_ = true;
+        }
+        return epilogue_;
+    }
+    V outer(IrBuilder& part, V main_value) {
+        const bool ep = &part == &epilogue_;
+        auto& memo = ep ? outer_epilogue_ : outer_lag_;
+        auto it = memo.find(main_value);
+        if (it != memo.end()) return it->second;
+        const ir::Type type = main_.kernel().body[static_cast<std::size_t>(main_value)].type;
+        return memo[main_value] = part.emit({Prim::Outer, type, main_value});
+    }
+    int sum(V per_lag_value) {
+        refold_.sums.push_back(per_lag_value);
+        return static_cast<int>(refold_.sums.size() - 1);
+    }
+    // A sum of products a*b over the lags: as the running sums keep them, exact (FMA) for double-double sums, so
+    // that a product leaving them later takes away exactly what it brought (a rounded product would leave its
+    // rounding behind, which a window of small spread cannot afford).
+    std::pair<int, int> sum_product(V a, V b, bool exact) {
+        V p = lag_part_.mul(a, b);
+        if (!exact) return {sum(p), -1};
+        return {sum(p), sum(lag_part_.f(Prim::Fma, a, b, lag_part_.f(Prim::Neg, p)))};
+    }
+    void refresh(V main_value, V per_lag_value) { refold_.refreshes.push_back({main_value, per_lag_value}); }
+    // Sum i in the epilogue: the compensated sum (plain: hi only; exact: as a double-double).
+    Dd fold(int i, bool exact) { return fold({i, -1}, exact); }
+    // The same for a sum of products, adding the products' exact remainders (sum_product) when there are.
+    Dd fold(std::pair<int, int> sums, bool exact) {
+        IrBuilder& e = epilogue();
+        auto part = [&](int i, int which) { return e.emit({Prim::Fold, ir::Type::F64, -1, -1, -1, i, 0, static_cast<double>(which)}); };
+        V s = part(sums.first, 0);
+        V rest = part(sums.first, 1);
+        if (sums.second >= 0) rest = e.add(rest, e.add(part(sums.second, 0), part(sums.second, 1)));
+        V hi = e.add(s, rest);
+        if (!exact) return {hi, -1};
+        return {hi, e.sub(rest, e.sub(hi, s))};  // |s| >= |rest|: hi + lo == s + rest exactly
+    }
+    int export_value(V epilogue_value) {
+        refold_.exports.push_back(epilogue_value);
+        return static_cast<int>(refold_.exports.size() - 1);
+    }
+    // Appends the refold to the kernel and its Refold instruction (run where `when` holds) to the body.
+    void emit(V when) {
+        epilogue();
+        refold_.body = std::move(scratch_.body);
+        ir::Kernel& k = main_.kernel();
+        index_ = static_cast<std::int32_t>(k.refolds.size());
+        k.refolds.push_back(std::move(refold_));
+        main_.emit({Prim::Refold, ir::Type::Void, when, -1, -1, index_});
+    }
+    V value(int export_index, V fallback) {
+        return main_.emit({Prim::RefoldValue, ir::Type::F64, fallback, -1, -1, index_, export_index});
+    }
+    Dd value(std::pair<int, int> exported, Dd fallback) {
+        return {value(exported.first, fallback.hi), fallback.lo < 0 ? -1 : value(exported.second, fallback.lo)};
+    }
+
+private:
+    IrBuilder& main_;
+    ir::Kernel scratch_;  // holds the refold's body while it is built
+    IrBuilder lag_part_, epilogue_;  // (separate builders: constants of one part are not the other's)
+    ir::Refold refold_;
+    bool in_epilogue_ = false;
+    std::int32_t index_ = -1;
+    std::map<V, V> outer_lag_, outer_epilogue_;
+};
+
+// How large a window's sums may grow against its spread before a refold rebuilds them.
+//
+// A running sum's rounding errors since its last rebuild are at most u * (the sum's magnitude) per addition,
+// u = 2^-53 for float64 sums and about 2^-100 for double-double ones, a few additions per row; a value that
+// dominated the sums leaves that much behind when it leaves. So each group keeps E, the sum over rows of its
+// sums' magnitude (of squares where it keeps them), and refolds where c * u * E exceeds `tolerance` times
+// what its results divide by (the centred second moment, or max(1, |sum|)). A refold re-shifts the sums by the
+// row's own value and sets E to 0. On clean data E grows by about the window's magnitude a row, so refolds
+// come every few thousand rows at most (docs/numerics.md has the measurements).
+struct GuardConstants {
+    double per_row;  // c * u / tolerance
+    static GuardConstants of(bool exact, double tolerance) {
+        const double u = exact ? std::ldexp(1.0, -100) : std::ldexp(1.0, -53);
+        return {4.0 * u / tolerance};
+    }
+};
+// A window's value at lag k inside a refold's per-lag part: re-read from the inputs (pointwise values) or
+// from the value's ring (kept for d + 1 rows: the window's history).
+V Lowering::at_refold_lag(IrBuilder& part, const Node* x, int lag, std::map<std::pair<const Node*, int>, V>& memo) {
+    auto key = std::make_pair(x, lag);
+    if (auto it = memo.find(key); it != memo.end()) return it->second;
+    V v;
+    if (!is_pointwise(x)) {
+        v = part.ring_read(ring_of_.at(x), lag);
+    } else {
+        switch (op_info(x->op).kind) {
+        case OpKind::Leaf: v = x->op == Op::Const ? part.constant(x->value) : part.input(input_slot_.at(x->name), lag); break;
+        case OpKind::Lag: v = at_refold_lag(part, x->args[0], lag + x->d, memo); break;
+        case OpKind::Elementwise: {
+            std::vector<V> args;
+            for (const Node* a : x->args) args.push_back(at_refold_lag(part, a, lag, memo));
+            v = elementwise_table().at(x->op)(part, args);
+            break;
+        }
+        default: throw BackendError(fmt::format("lowering: {} in a refold", op_name(x->op)));
+        }
+    }
+    return memo[key] = v;
+}
 
 V Lowering::moments(const Node* node) {
     const Node* x = node->args[0];
@@ -414,6 +566,7 @@ V Lowering::moments(const Node* node) {
     if (it == moment_groups_.end()) {
         const std::string what = fmt::format("window({}, {})", label(x), d);
         const bool second = needs_second_moment_.count(key) > 0;
+        const bool sum = needs_sum_.count(key) > 0;
         V xv = value(x, 0);
         V leave = history(x, d);
         V in_valid = ir_.notnan(xv);
@@ -422,7 +575,8 @@ V Lowering::moments(const Node* node) {
         V out_finite = ir_.land(ir_.row_in_pass(d), is_finite(ir_, leave));
         const bool full = !partial_.count(key);  // only var/std, on full windows
         MomentGroup g{};
-        V shift = shifted(ir_, ir_.new_state(std::numeric_limits<double>::quiet_NaN(), "shift " + what), xv, in_finite);
+        const int shift_slot = ir_.new_state(std::numeric_limits<double>::quiet_NaN(), "shift " + what);
+        V shift = sticky_shift(ir_, shift_slot, xv, in_finite);
         Sums sums(ir_, exact_, in_finite, out_finite);
         V yin = sums.in(ir_.sub(xv, shift)), yout = sums.out(ir_.sub(leave, shift));
         leaves_as_entered(ir_, yout, yin, d);
@@ -435,22 +589,78 @@ V Lowering::moments(const Node* node) {
             g.n = Sums(ir_, false, in_valid, out_valid).count("n " + what);
             g.infinities = ir_.sub(g.n, g.finite);
         }
-        if (needs_sum_.count(key)) {  // +inf counts +1 and -inf -1: the sign of the sum's infinite part
+        if (sum) {  // +inf counts +1 and -inf -1: the sign of the sum's infinite part
             V in_inf = ir_.land(in_valid, ir_.lnot(in_finite)), out_inf = ir_.land(out_valid, ir_.lnot(out_finite));
             V one = ir_.constant(1), minus_one = ir_.constant(-1), zero = ir_.constant(0);
             Sums infs(ir_, false, in_inf, out_inf);
-            g.signed_infinities = infs.add("signed infinities " + what, infs.in(ir_.select(ir_.lt(zero, xv), one, minus_one)),
-                                           infs.out(ir_.select(ir_.lt(zero, leave), one, minus_one)))
-                                      .hi;
+            const int si = infs.add("signed infinities " + what, infs.in(ir_.select(ir_.lt(zero, xv), one, minus_one)),
+                                    infs.out(ir_.select(ir_.lt(zero, leave), one, minus_one)));
+            g.signed_infinities = infs.running(si).hi;
+            infs.commit();
         }
-        g.shift = shift;
-        g.s1 = sums.add("sum " + what, yin, yout);
+        const int s1 = sums.add("sum " + what, yin, yout);
+        int s2 = -1;
+        V n_c = full ? ir_.constant(d) : g.finite;  // the count the centred moment is formed with
+        V m2n = -1;
         if (second) {
-            g.s2 = sums.add_product("sum of squares " + what, yin, yin, yout, yout);
-            g.m2n = sums.centred(full ? ir_.constant(d) : g.finite, g.s2, g.s1, g.s1);
+            s2 = sums.add_product("sum of squares " + what, yin, yin, yout, yout);
+            m2n = sums.dd().centred(n_c, sums.running(s2), sums.running(s1), sums.running(s1));
             g.is_const = full ? constancy_full(ir_, xv, d, what) : constancy(ir_, xv, in_valid, ir_.row(), d, what);
         }
-        g.s1v = sums.value(g.s1);
+        V s1v = sums.dd().value(sums.running(s1));
+
+        // The guard (GuardConstants): E accumulates the sums' magnitude row by row; a refold rebuilds them
+        // from the window's rows, shifted by this row's value, where E outgrows what the results divide by.
+        const GuardConstants k = GuardConstants::of(exact_, tolerance_);
+        RefoldBuilder rf(ir_, d);
+        V when = -1;
+        std::vector<std::pair<int, V>> bounds;  // (E state, E's new value)
+        auto guard = [&](const std::string& of, V size, V spread, double factor) {
+            const int e = ir_.new_state(0, "rounding bound of " + of + " " + what);
+            V en = ir_.add(ir_.load(e), size);
+            V test = ir_.b(Prim::CmpGT, ir_.mul(en, ir_.constant(factor)), spread);  // false for a NaN spread
+            when = when < 0 ? test : ir_.lor(when, test);
+            bounds.push_back({e, en});
+        };
+        if (second) guard("squares", sums.running(s2).hi, m2n, 3.0 * d * k.per_row);
+        if (sum) {
+            V total = ir_.f(Prim::Fma, g.finite, shift, s1v);
+            V one = ir_.constant(1), mag = ir_.f(Prim::Abs, total);
+            guard("sum", ir_.f(Prim::Abs, sums.running(s1).hi), ir_.select(ir_.lt(mag, one), one, mag), k.per_row);
+        }
+        // The refold: the window's finite values, shifted by this row's value where it is finite.
+        V new_shift = ir_.select(in_finite, xv, shift);
+        std::map<std::pair<const Node*, int>, V> memo;
+        IrBuilder& lag = rf.lag();
+        V xk = at_refold_lag(lag, x, 0, memo);
+        V ok = lag.land(lag.row_in_pass(0), is_finite(lag, xk));
+        V yk = lag.select(ok, lag.sub(xk, rf.outer(lag, new_shift)), lag.constant(0));
+        rf.refresh(yin, yk);
+        const int f1 = rf.sum(yk);
+        const std::pair<int, int> f2 = second ? rf.sum_product(yk, yk, exact_) : std::make_pair(-1, -1);
+        IrBuilder& ep = rf.epilogue();
+        DdMath edd{ep, exact_};
+        Dd S1 = rf.fold(f1, exact_);
+        auto export_dd = [&](Dd v) { return std::make_pair(rf.export_value(v.hi), v.lo < 0 ? -1 : rf.export_value(v.lo)); };
+        const auto e_s1 = export_dd(S1);
+        const int e_s1v = rf.export_value(edd.value(S1));
+        const int e_shift = rf.export_value(rf.outer(ep, new_shift));
+        const int e_zero = rf.export_value(ep.constant(0));
+        std::pair<int, int> e_s2{-1, -1};
+        int e_m2n = -1;
+        if (second) {
+            Dd S2 = rf.fold(f2, exact_);
+            e_s2 = export_dd(S2);
+            e_m2n = rf.export_value(edd.centred(full ? ep.constant(d) : rf.outer(ep, g.finite), S2, S1, S1));
+        }
+        if (when >= 0) rf.emit(when);  // (a count alone has no sums to guard)
+        auto final = [&](auto e, auto running) { return when >= 0 ? rf.value(e, running) : running; };
+        sums.commit([&](int i, Dd running) { return final(i == s1 ? e_s1 : e_s2, running); });
+        g.shift = final(e_shift, shift);
+        ir_.store(shift_slot, g.shift);
+        for (const auto& [e, en] : bounds) ir_.store(e, final(e_zero, en));
+        g.s1v = final(e_s1v, s1v);
+        if (second) g.m2n = final(e_m2n, m2n);
         it = moment_groups_.emplace(key, g).first;
     }
     const MomentGroup& g = it->second;
@@ -506,10 +716,12 @@ V Lowering::pair_moments(const Node* node) {
         V in_finite = ir_.land(is_finite(ir_, xv), is_finite(ir_, yv));
         V out_finite = ir_.land(ir_.row_in_pass(d), ir_.land(is_finite(ir_, lx), is_finite(ir_, ly)));
         const bool full = !partial_pairs_.count(key);  // every consumer needs d valid rows
+        const bool corr = needs_corr_.count(key) > 0;
         PairGroup g{};
         const double qnan = std::numeric_limits<double>::quiet_NaN();
-        V shx = shifted(ir_, ir_.new_state(qnan, "shift x " + what), xv, in_finite);
-        V shy = shifted(ir_, ir_.new_state(qnan, "shift y " + what), yv, in_finite);
+        const int shx_slot = ir_.new_state(qnan, "shift x " + what), shy_slot = ir_.new_state(qnan, "shift y " + what);
+        V shx = sticky_shift(ir_, shx_slot, xv, in_finite);
+        V shy = sticky_shift(ir_, shy_slot, yv, in_finite);
         Sums sums(ir_, exact_, in_finite, out_finite);
         V xi = sums.in(ir_.sub(xv, shx)), xo = sums.out(ir_.sub(lx, shx));
         V yi = sums.in(ir_.sub(yv, shy)), yo = sums.out(ir_.sub(ly, shy));
@@ -526,15 +738,18 @@ V Lowering::pair_moments(const Node* node) {
         }
         V n = full ? ir_.constant(d) : nf;
         g.full = full;
-        Dd sx = sums.add("sum x " + what, xi, xo);
-        Dd sy = sums.add("sum y " + what, yi, yo);
-        Dd sxy = sums.add_product("sum xy " + what, xi, yi, xo, yo);
-        g.cxy = sums.centred(n, sxy, sx, sy);
-        if (needs_corr_.count(key)) {
-            Dd sxx = sums.add_product("sum xx " + what, xi, xi, xo, xo);
-            Dd syy = sums.add_product("sum yy " + what, yi, yi, yo, yo);
-            g.vx = sums.centred(n, sxx, sx, sx);
-            g.vy = sums.centred(n, syy, sy, sy);
+        const int sx = sums.add("sum x " + what, xi, xo);
+        const int sy = sums.add("sum y " + what, yi, yo);
+        const int sxy = sums.add_product("sum xy " + what, xi, yi, xo, yo);
+        DdMath& dd = sums.dd();
+        V cxy = dd.centred(n, sums.running(sxy), sums.running(sx), sums.running(sy));
+        int sxx = -1, syy = -1;
+        V vx = -1, vy = -1;
+        if (corr) {
+            sxx = sums.add_product("sum xx " + what, xi, xi, xo, xo);
+            syy = sums.add_product("sum yy " + what, yi, yi, yo, yo);
+            vx = dd.centred(n, sums.running(sxx), sums.running(sx), sums.running(sx));
+            vy = dd.centred(n, sums.running(syy), sums.running(sy), sums.running(sy));
             if (full) {
                 g.const_x = constancy_full(ir_, xv, d, "x " + what);
                 g.const_y = constancy_full(ir_, yv, d, "y " + what);
@@ -543,6 +758,81 @@ V Lowering::pair_moments(const Node* node) {
                 g.const_x = constancy(ir_, xv, in_valid, t, d, "x " + what);
                 g.const_y = constancy(ir_, yv, in_valid, t, d, "y " + what);
             }
+        }
+
+        // The guard (GuardConstants). corr: each variable's centred moment against its sum of squares, which
+        // also bounds the cross sum's errors (Cauchy-Schwarz). cov alone keeps no squares: the cross sum's
+        // magnitude (and the products entering it) and the plain sums' against n (n - 1) or |n Sxy - Sx Sy|.
+        const GuardConstants k = GuardConstants::of(exact_, tolerance_);
+        V when = -1;
+        std::vector<std::pair<int, V>> bounds;
+        auto bound = [&](const std::string& of, V size) {
+            const int e = ir_.new_state(0, "rounding bound of " + of + " " + what);
+            V en = ir_.add(ir_.load(e), size);
+            bounds.push_back({e, en});
+            return en;
+        };
+        auto test = [&](V lhs, V spread) {
+            V t = ir_.b(Prim::CmpGT, lhs, spread);  // false for a NaN spread
+            when = when < 0 ? t : ir_.lor(when, t);
+        };
+        const double k2 = 3.0 * d * k.per_row;
+        if (corr) {
+            test(ir_.mul(bound("x squares", sums.running(sxx).hi), ir_.constant(k2)), vx);
+            test(ir_.mul(bound("y squares", sums.running(syy).hi), ir_.constant(k2)), vy);
+        } else {
+            auto abs = [&](V v) { return ir_.f(Prim::Abs, v); };
+            V sxa = abs(sums.running(sx).hi), sya = abs(sums.running(sy).hi);
+            V exy = bound("the cross sum", ir_.add(abs(sums.running(sxy).hi), abs(ir_.mul(xi, yi))));
+            V es = bound("the sums", ir_.add(sxa, sya));
+            V err = ir_.f(Prim::Fma, ir_.constant(d), exy, ir_.mul(ir_.add(sxa, sya), es));
+            V nn1 = ir_.mul(n, ir_.sub(n, ir_.constant(1))), mag = abs(cxy);
+            test(ir_.mul(err, ir_.constant(2.0 * k.per_row)), ir_.select(ir_.lt(mag, nn1), nn1, mag));
+        }
+        RefoldBuilder rf(ir_, d);
+        V new_x = ir_.select(in_finite, xv, shx), new_y = ir_.select(in_finite, yv, shy);
+        std::map<std::pair<const Node*, int>, V> memo;
+        IrBuilder& lag = rf.lag();
+        V xk = at_refold_lag(lag, x, 0, memo), yk = at_refold_lag(lag, y, 0, memo);
+        V ok = lag.land(lag.row_in_pass(0), lag.land(is_finite(lag, xk), is_finite(lag, yk)));
+        V zero_k = lag.constant(0);
+        V xs = lag.select(ok, lag.sub(xk, rf.outer(lag, new_x)), zero_k);
+        V ys = lag.select(ok, lag.sub(yk, rf.outer(lag, new_y)), zero_k);
+        rf.refresh(xi, xs);
+        rf.refresh(yi, ys);
+        std::vector<std::pair<int, int>> folds(sums.size(), {-1, -1});
+        folds[static_cast<std::size_t>(sx)] = {rf.sum(xs), -1};
+        folds[static_cast<std::size_t>(sy)] = {rf.sum(ys), -1};
+        folds[static_cast<std::size_t>(sxy)] = rf.sum_product(xs, ys, exact_);
+        if (corr) {
+            folds[static_cast<std::size_t>(sxx)] = rf.sum_product(xs, xs, exact_);
+            folds[static_cast<std::size_t>(syy)] = rf.sum_product(ys, ys, exact_);
+        }
+        IrBuilder& ep = rf.epilogue();
+        DdMath edd{ep, exact_};
+        std::vector<Dd> S(sums.size());
+        std::vector<std::pair<int, int>> exported(sums.size());
+        for (std::size_t i = 0; i < sums.size(); ++i) {
+            if (folds[i].first < 0) continue;
+            S[i] = rf.fold(folds[i], exact_);
+            exported[i] = {rf.export_value(S[i].hi), S[i].lo < 0 ? -1 : rf.export_value(S[i].lo)};
+        }
+        V ne = full ? ep.constant(d) : rf.outer(ep, nf);
+        auto su = [&](int i) { return S[static_cast<std::size_t>(i)]; };
+        const int e_cxy = rf.export_value(edd.centred(ne, su(sxy), su(sx), su(sy)));
+        const int e_vx = corr ? rf.export_value(edd.centred(ne, su(sxx), su(sx), su(sx))) : -1;
+        const int e_vy = corr ? rf.export_value(edd.centred(ne, su(syy), su(sy), su(sy))) : -1;
+        const int e_shx = rf.export_value(rf.outer(ep, new_x)), e_shy = rf.export_value(rf.outer(ep, new_y));
+        const int e_zero = rf.export_value(ep.constant(0));
+        rf.emit(when);
+        sums.commit([&](int i, Dd running) { return rf.value(exported[static_cast<std::size_t>(i)], running); });
+        ir_.store(shx_slot, rf.value(e_shx, shx));
+        ir_.store(shy_slot, rf.value(e_shy, shy));
+        for (const auto& [e, en] : bounds) ir_.store(e, rf.value(e_zero, en));
+        g.cxy = rf.value(e_cxy, cxy);
+        if (corr) {
+            g.vx = rf.value(e_vx, vx);
+            g.vy = rf.value(e_vy, vy);
         }
         it = pair_groups_.emplace(key, g).first;
     }
@@ -604,8 +894,10 @@ V Lowering::extreme(const Node* node, bool is_max) {
 
 }  // namespace
 
-void lower_region(const std::vector<const Node*>& roots, bool exact_sums, ir::Kernel& kernel) {
-    Lowering l(kernel, roots, exact_sums);
+double sums_tolerance(DType dtype) { return dtype == DType::F32 ? std::ldexp(1.0, -26) : std::ldexp(1.0, -40); }
+
+void lower_region(const std::vector<const Node*>& roots, bool exact_sums, DType dtype, ir::Kernel& kernel) {
+    Lowering l(kernel, roots, exact_sums, sums_tolerance(dtype));
     std::vector<V> outs;
     for (const Node* r : roots) outs.push_back(l.value(r, 0));
     for (std::size_t i = 0; i < outs.size(); ++i) l.ir().output(static_cast<int>(i), outs[i]);

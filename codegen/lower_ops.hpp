@@ -5,14 +5,20 @@
 #include <vector>
 
 #include "codegen/kernel_ir.hpp"
+#include "dsl/dtype.hpp"
 #include "dsl/expr.hpp"
 
 namespace fj::codegen {
 
 // Appends to `kernel` the instructions computing `roots[i]` into output slot i. kernel.inputs must
 // already list every input the roots read; states, rings, halo and max_input_lag are filled in.
-// exact_sums: window sums kept as double-double (see lower_ops.cpp, "Running shifted sums").
-void lower_region(const std::vector<const Node*>& roots, bool exact_sums, ir::Kernel& kernel);
+// exact_sums: window sums kept as double-double (see lower_ops.cpp, "Running shifted sums"); `dtype`, the
+// panels', sets how far the sums may drift before a refold rebuilds them (sums_tolerance).
+void lower_region(const std::vector<const Node*>& roots, bool exact_sums, DType dtype, ir::Kernel& kernel);
+
+// The relative error a window's results may take from its running sums before a refold rebuilds them:
+// well inside the accuracy contract of docs/operators.md for panels of `dtype` (docs/numerics.md).
+double sums_tolerance(DType dtype);
 
 // Rows of warm-up a node needs before its value is exact (Halide-style bounds inference):
 // window(x, d) adds d - 1 to x's, delay(x, k) adds k unless x can be re-read at any lag.

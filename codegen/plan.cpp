@@ -212,7 +212,7 @@ Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs, DType d
             if (n->op == Op::Input) reads.insert(n->name);
         step.kernel.inputs.assign(reads.begin(), reads.end());
         step.kernel.name = kernel_name(step.roots, st) + (plan.exact_sums ? "_x" : "");
-        lower_region(step.roots, plan.exact_sums, step.kernel);
+        lower_region(step.roots, plan.exact_sums, plan.dtype, step.kernel);
         step.chain_halo = step.kernel.halo;
         for (const std::string& in : step.kernel.inputs)
             if (auto it = intermediate_of.find(in); it != intermediate_of.end()) {

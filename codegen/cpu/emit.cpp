@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <vector>
 
 #include <fmt/format.h>
@@ -239,7 +240,87 @@ private:
     void row_body(const Row& row) {
         row_ = &row;
         vals_.assign(k_.body.size(), nullptr);
-        for (std::size_t i = 0; i < k_.body.size(); ++i) vals_[i] = inst(k_.body[i]);
+        for (std::size_t i = 0; i < k_.body.size(); ++i) {
+            const ir::Inst& in = k_.body[i];
+            if (in.op == Prim::Refold) refold(in, i);
+            else if (in.op == Prim::RefoldValue) vals_[i] = refolded_.at(static_cast<std::int32_t>(i));
+            else vals_[i] = inst(in);
+        }
+    }
+
+    // A refold (kernel_ir.hpp): where any lane's condition holds, a loop over the window's lags with
+    // compensated (Neumaier) sums, masked to those lanes, then the epilogue; each of its RefoldValues is the
+    // export on those lanes and its fallback elsewhere, merged by a phi: rows where no lane refolds pay the
+    // test and a branch.
+    void refold(const ir::Inst& at, std::size_t index) {
+        const ir::Refold& f = k_.refolds[static_cast<std::size_t>(at.slot)];
+        std::vector<std::size_t> values;  // this refold's RefoldValues, after it
+        for (std::size_t i = index + 1; i < k_.body.size(); ++i)
+            if (k_.body[i].op == Prim::RefoldValue && k_.body[i].slot == at.slot) values.push_back(i);
+        llvm::Value* mask = b_.CreateAnd(vals_[static_cast<std::size_t>(at.a)], lane_mask_);
+        llvm::Value* any = b_.CreateICmpNE(b_.CreateBitCast(mask, b_.getIntNTy(static_cast<unsigned>(W_))), b_.getIntN(static_cast<unsigned>(W_), 0));
+        llvm::BasicBlock* pre = b_.GetInsertBlock();
+        auto* run = llvm::BasicBlock::Create(ctx_, "refold", fn_);
+        auto* head = llvm::BasicBlock::Create(ctx_, "refold.lag", fn_);
+        auto* body = llvm::BasicBlock::Create(ctx_, "refold.body", fn_);
+        auto* done = llvm::BasicBlock::Create(ctx_, "refold.done", fn_);
+        auto* join = llvm::BasicBlock::Create(ctx_, "refold.join", fn_);
+        llvm::MDBuilder md(ctx_);
+        b_.CreateCondBr(any, run, join, md.createBranchWeights(1, 1000));
+        b_.SetInsertPoint(run);
+        b_.CreateBr(head);
+        // Lag loop: k and each sum's (s, c) as phis.
+        b_.SetInsertPoint(head);
+        llvm::PHINode* k = b_.CreatePHI(i64_, 2, "k");
+        k->addIncoming(i64c(0), run);
+        std::vector<llvm::PHINode*> sum, comp;
+        for (std::size_t i = 0; i < f.sums.size(); ++i) {
+            sum.push_back(b_.CreatePHI(vf_, 2, "fold"));
+            comp.push_back(b_.CreatePHI(vf_, 2, "fold.c"));
+            sum.back()->addIncoming(splat(0), run);
+            comp.back()->addIncoming(splat(0), run);
+        }
+        b_.CreateCondBr(b_.CreateICmpSLT(k, i64c(f.rows)), body, done);
+        b_.SetInsertPoint(body);
+        std::vector<llvm::Value*> main_vals = std::move(vals_);
+        std::vector<llvm::Value*> rvals(f.body.size(), nullptr);
+        vals_.assign(f.body.size(), nullptr);
+        main_vals_ = &main_vals;
+        lag_extra_ = k;
+        for (std::size_t i = 0; i < static_cast<std::size_t>(f.per_lag); ++i) vals_[i] = inst(f.body[i]);
+        lag_extra_ = nullptr;
+        for (std::size_t i = 0; i < f.sums.size(); ++i) {
+            llvm::Value* x = b_.CreateSelect(mask, vals_[static_cast<std::size_t>(f.sums[i])], splat(0));
+            llvm::Value* s = sum[i];
+            llvm::Value* t = b_.CreateFAdd(s, x);
+            llvm::Value* big = b_.CreateFCmpOGE(intrinsic(llvm::Intrinsic::fabs, {s}), intrinsic(llvm::Intrinsic::fabs, {x}));
+            llvm::Value* lost = b_.CreateSelect(big, b_.CreateFAdd(b_.CreateFSub(s, t), x), b_.CreateFAdd(b_.CreateFSub(x, t), s));
+            sum[i]->addIncoming(t, b_.GetInsertBlock());
+            comp[i]->addIncoming(b_.CreateFAdd(comp[i], lost), b_.GetInsertBlock());
+        }
+        k->addIncoming(b_.CreateAdd(k, i64c(1)), b_.GetInsertBlock());
+        b_.CreateBr(head);
+        b_.SetInsertPoint(done);
+        folds_.clear();
+        for (std::size_t i = 0; i < f.sums.size(); ++i) folds_.push_back({sum[i], comp[i]});
+        for (std::size_t i = static_cast<std::size_t>(f.per_lag); i < f.body.size(); ++i) vals_[i] = inst(f.body[i]);
+        std::vector<llvm::Value*> blended;
+        for (std::size_t i : values) {
+            const ir::Inst& v = k_.body[i];
+            blended.push_back(b_.CreateSelect(mask, vals_[static_cast<std::size_t>(f.exports[static_cast<std::size_t>(v.lag)])],
+                                              main_vals[static_cast<std::size_t>(v.a)]));
+        }
+        llvm::BasicBlock* last = b_.GetInsertBlock();
+        b_.CreateBr(join);
+        b_.SetInsertPoint(join);
+        vals_ = std::move(main_vals);
+        main_vals_ = nullptr;
+        for (std::size_t j = 0; j < values.size(); ++j) {
+            llvm::PHINode* phi = b_.CreatePHI(vf_, 2, "refolded");
+            phi->addIncoming(vals_[static_cast<std::size_t>(k_.body[values[j]].a)], pre);
+            phi->addIncoming(blended[j], last);
+            refolded_[static_cast<std::int32_t>(values[j])] = phi;
+        }
     }
 
     llvm::Value* iota() {
@@ -254,7 +335,8 @@ private:
     llvm::Value* wrap(llvm::Value* p, int size) {  // p in (-size, size) -> [0, size)
         return b_.CreateSelect(b_.CreateICmpSLT(p, i64c(0)), b_.CreateAdd(p, i64c(size)), p);
     }
-    llvm::Value* ring_pos(int ring, std::int64_t lag) { return wrap(b_.CreateSub(row_->pos[ring], i64c(lag)), k_.rings[ring].size); }
+    // An instruction's lag, plus the lag k of a refold's per-lag part while one is emitted.
+    llvm::Value* lag_of(const ir::Inst& in) { return lag_extra_ ? b_.CreateAdd(i64c(in.lag), lag_extra_) : i64c(in.lag); }
 
     llvm::Value* intrinsic(llvm::Intrinsic::ID id, llvm::ArrayRef<llvm::Value*> args) {
         return b_.CreateIntrinsic(id, {vf_}, args);
@@ -269,7 +351,7 @@ private:
         case Prim::Input: {
             // Rows before the panel read as NaN: their lanes are masked off (and the row clamped, so no
             // address before the panel is ever formed). No branch, no select.
-            llvm::Value* row = b_.CreateSub(row_->t, i64c(in.lag));
+            llvm::Value* row = b_.CreateSub(row_->t, lag_of(in));
             llvm::Value* ok = b_.CreateICmpSGE(row, i64c(0));
             llvm::Value* safe = b_.CreateSelect(ok, row, i64c(0));
             llvm::Value* idx = b_.CreateAdd(b_.CreateMul(safe, in_ld_v_[in.slot]), col_);
@@ -281,14 +363,14 @@ private:
         }
         case Prim::RowIndex: return row_->t_f64;
         case Prim::RowInPass:
-            return b_.CreateVectorSplat(W_, b_.CreateICmpSGE(b_.CreateSub(row_->t, i64c(in.lag)), row_begin_));
+            return b_.CreateVectorSplat(W_, b_.CreateICmpSGE(b_.CreateSub(row_->t, lag_of(in)), row_begin_));
         case Prim::LoadState: return scratch_load(i64c(static_cast<std::int64_t>(in.slot) * W_));
         case Prim::StoreState: scratch_store(A(), i64c(static_cast<std::int64_t>(in.slot) * W_)); return nullptr;
         case Prim::RingPush: scratch_store(A(), ring_slot(in.slot, row_->pos[in.slot])); return nullptr;
         case Prim::RingRead:
             // Entries start as NaN and rows since row_begin are all pushed, so an entry for a row before
             // the pass reads NaN without a test (lag < ring size).
-            return scratch_load(ring_slot(in.slot, ring_pos(in.slot, in.lag)));
+            return scratch_load(ring_slot(in.slot, wrap(b_.CreateSub(row_->pos[in.slot], lag_of(in)), k_.rings[in.slot].size)));
         case Prim::Output: {  // masked off on warm-up rows and past the last column
             llvm::Value* idx = b_.CreateAdd(b_.CreateMul(row_->t, out_ld_v_[in.slot]), col_);
             llvm::Value* p = b_.CreateInBoundsGEP(elem_, out_ptr_[in.slot], idx);
@@ -296,6 +378,10 @@ private:
             panel_access(b_.CreateMaskedStore(x, p, llvm::Align(dtype_size(dtype_)), b_.CreateAnd(lane_mask_, row_->write)));
             return nullptr;
         }
+        case Prim::Outer: return (*main_vals_)[static_cast<std::size_t>(in.a)];
+        case Prim::Fold: return in.imm != 0 ? folds_[static_cast<std::size_t>(in.slot)].second : folds_[static_cast<std::size_t>(in.slot)].first;
+        case Prim::Refold:
+        case Prim::RefoldValue: break;  // row_body()
         case Prim::Add: return b_.CreateFAdd(A(), B());
         case Prim::Sub: return b_.CreateFSub(A(), B());
         case Prim::Mul: return b_.CreateFMul(A(), B());
@@ -370,6 +456,11 @@ private:
     llvm::Value *group_base_ = nullptr, *col_ = nullptr, *lane_mask_ = nullptr;
     const Row* row_ = nullptr;
     std::vector<llvm::Value*> vals_;
+    // While a refold is emitted: the main body's values (Outer), the lag k of its per-lag part, its sums.
+    const std::vector<llvm::Value*>* main_vals_ = nullptr;
+    llvm::Value* lag_extra_ = nullptr;
+    std::vector<std::pair<llvm::Value*, llvm::Value*>> folds_;
+    std::map<std::int32_t, llvm::Value*> refolded_;  // each RefoldValue's merged value, this row
     llvm::MDNode *scratch_md_ = nullptr, *panel_md_ = nullptr;
 };
 
