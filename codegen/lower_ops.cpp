@@ -78,6 +78,7 @@ private:
     V pair_moments(const Node* n);     // corr, cov
     V extreme(const Node* n, bool max);  // min, max
     V at_refold_lag(IrBuilder& part, const Node* x, int lag, std::map<std::pair<const Node*, int>, V>& memo);
+    V last_finite(V x, V finite, const std::string& what);
 
     void plan_history(const std::vector<const Node*>& roots);
     void plan_moment_groups(const std::vector<const Node*>& roots);
@@ -434,6 +435,13 @@ V sticky_shift(IrBuilder& ir, int slot, V x, V valid) {
 // loading, converting and shifting the row again.
 void leaves_as_entered(IrBuilder& ir, V leaving, V entering, int d) { ir.kernel().echoes.push_back({leaving, entering, d}); }
 
+// A running sum's magnitude for the guard: |hi|, plus |lo| for a double-double, whose parts need not stay
+// normalised (after a large value has left, lo may exceed hi and have the other sign).
+V magnitude(IrBuilder& ir, Dd s) {
+    V m = ir.f(Prim::Abs, s.hi);
+    return s.lo < 0 ? m : ir.add(m, ir.f(Prim::Abs, s.lo));
+}
+
 V at_least(IrBuilder& ir, V n, int m) { return ir.b(Prim::CmpGE, n, ir.constant(m)); }
 
 V is_finite(IrBuilder& ir, V x) { return ir.lt(ir.f(Prim::Abs, x), ir.constant(kInf)); }
@@ -492,7 +500,8 @@ public:
         refold_.exports.push_back(epilogue_value);
         return static_cast<int>(refold_.exports.size() - 1);
     }
-    // Appends the refold to the kernel and its Refold instruction (run where `when` holds) to the body.
+    // Appends the refold to the kernel and its Refold instruction (run where `when` holds) to the body; nothing
+    // may be added to the refold after this.
     void emit(V when) {
         epilogue();
         refold_.body = std::move(scratch_.body);
@@ -527,11 +536,18 @@ private:
 // what its results divide by (the centred second moment, or max(1, |sum|)). A refold re-shifts the sums by the
 // row's own value and sets E to 0. On clean data E grows by about the window's magnitude a row, so refolds
 // come every few thousand rows at most (docs/numerics.md has the measurements).
+//
+// Double-double sums add nothing of their own worth counting, but their terms are rounded before they are
+// summed: x - shift is a float64 subtraction, exact for float32 data but not for float64, whose error u|x -
+// shift| is large where the shift is far from the values (a bad tick that was the pass's first value). That
+// part is not accumulated: it is the current window's, `term` times the sums' magnitude now (the sum of
+// squares bounds the centred moment's share by Cauchy-Schwarz; |Sx| bounds the sum's where the shift is far).
 struct GuardConstants {
-    double per_row;  // c * u / tolerance
+    double per_row;  // c * u / tolerance, u of the sums
+    double term;     // c * u / tolerance for the rounding of the terms (0: they are exact)
     static GuardConstants of(bool exact, double tolerance) {
         const double u = exact ? std::ldexp(1.0, -100) : std::ldexp(1.0, -53);
-        return {4.0 * u / tolerance};
+        return {4.0 * u / tolerance, exact ? 2.0 * std::ldexp(1.0, -53) / tolerance : 0.0};
     }
 };
 // A window's value at lag k inside a refold's per-lag part: re-read from the inputs (pointwise values) or
@@ -556,6 +572,14 @@ V Lowering::at_refold_lag(IrBuilder& part, const Node* x, int lag, std::map<std:
         }
     }
     return memo[key] = v;
+}
+
+// The latest finite value of x (where `finite`), NaN before the first.
+V Lowering::last_finite(V x, V finite, const std::string& what) {
+    const int slot = ir_.new_state(std::numeric_limits<double>::quiet_NaN(), "latest finite " + what);
+    V v = ir_.select(finite, x, ir_.load(slot));
+    ir_.store(slot, v);
+    return v;
 }
 
 V Lowering::moments(const Node* node) {
@@ -614,27 +638,32 @@ V Lowering::moments(const Node* node) {
         const GuardConstants k = GuardConstants::of(exact_, tolerance_);
         RefoldBuilder rf(ir_, d);
         V when = -1;
-        std::vector<std::pair<int, V>> bounds;  // (E state, E's new value)
-        auto guard = [&](const std::string& of, V size, V spread, double factor) {
+        std::vector<std::tuple<int, V, double>> bounds;  // (E state, E's new value, factor)
+        auto guard = [&](const std::string& of, V size, V spread, double factor, double term) {  // E kept times factor
             const int e = ir_.new_state(0, "rounding bound of " + of + " " + what);
-            V en = ir_.add(ir_.load(e), size);
-            V test = ir_.b(Prim::CmpGT, ir_.mul(en, ir_.constant(factor)), spread);  // false for a NaN spread
+            V en = ir_.f(Prim::Fma, size, ir_.constant(factor), ir_.load(e));
+            V bound = term > 0 ? ir_.f(Prim::Fma, size, ir_.constant(term), en) : en;
+            V test = ir_.b(Prim::CmpGT, bound, spread);  // false for a NaN spread
             when = when < 0 ? test : ir_.lor(when, test);
-            bounds.push_back({e, en});
+            bounds.push_back({e, en, factor});
         };
-        if (second) guard("squares", sums.running(s2).hi, m2n, 3.0 * d * k.per_row);
+        if (second) guard("squares", magnitude(ir_, sums.running(s2)), m2n, 3.0 * d * k.per_row, 2.0 * d * k.term);
         if (sum) {
             V total = ir_.f(Prim::Fma, g.finite, shift, s1v);
             V one = ir_.constant(1), mag = ir_.f(Prim::Abs, total);
-            guard("sum", ir_.f(Prim::Abs, sums.running(s1).hi), ir_.select(ir_.lt(mag, one), one, mag), k.per_row);
+            guard("sum", magnitude(ir_, sums.running(s1)), ir_.select(ir_.lt(mag, one), one, mag), k.per_row, k.term);
         }
         // The refold: the window's finite values, shifted by this row's value where it is finite.
-        V new_shift = ir_.select(in_finite, xv, shift);
+        // (The new shift is formed inside the refold: rows that do not refold do not pay for it.)
+        // A window that answers without its newest row (min_periods < d) re-shifts by its latest finite value,
+        // kept for that (the old shift may be the bad tick itself); one that needs every row is NaN anyway.
+        const V latest = full ? shift : last_finite(xv, in_finite, what);
+        auto new_shift = [&](IrBuilder& part) { return part.select(rf.outer(part, in_finite), rf.outer(part, xv), rf.outer(part, latest)); };
         std::map<std::pair<const Node*, int>, V> memo;
         IrBuilder& lag = rf.lag();
         V xk = at_refold_lag(lag, x, 0, memo);
         V ok = lag.land(lag.row_in_pass(0), is_finite(lag, xk));
-        V yk = lag.select(ok, lag.sub(xk, rf.outer(lag, new_shift)), lag.constant(0));
+        V yk = lag.select(ok, lag.sub(xk, new_shift(lag)), lag.constant(0));
         rf.refresh(yin, yk);
         const int f1 = rf.sum(yk);
         const std::pair<int, int> f2 = second ? rf.sum_product(yk, yk, exact_) : std::make_pair(-1, -1);
@@ -644,21 +673,27 @@ V Lowering::moments(const Node* node) {
         auto export_dd = [&](Dd v) { return std::make_pair(rf.export_value(v.hi), v.lo < 0 ? -1 : rf.export_value(v.lo)); };
         const auto e_s1 = export_dd(S1);
         const int e_s1v = rf.export_value(edd.value(S1));
-        const int e_shift = rf.export_value(rf.outer(ep, new_shift));
-        const int e_zero = rf.export_value(ep.constant(0));
+        const int e_shift = rf.export_value(new_shift(ep));
         std::pair<int, int> e_s2{-1, -1};
         int e_m2n = -1;
+        std::vector<V> fresh;  // each bound's size from the rebuilt sums, in the order of `bounds`
         if (second) {
             Dd S2 = rf.fold(f2, exact_);
             e_s2 = export_dd(S2);
             e_m2n = rf.export_value(edd.centred(full ? ep.constant(d) : rf.outer(ep, g.finite), S2, S1, S1));
+            fresh.push_back(magnitude(ep, S2));
         }
+        if (sum) fresh.push_back(magnitude(ep, S1));
+        // E restarts from the rebuilt sums' own magnitude: they hold what they hold (a spike still inside the
+        // window), and its rounding leaves with it later.
+        std::vector<int> restart;
+        for (std::size_t b = 0; b < bounds.size(); ++b) restart.push_back(rf.export_value(ep.mul(fresh[b], ep.constant(std::get<2>(bounds[b])))));
         if (when >= 0) rf.emit(when);  // (a count alone has no sums to guard)
         auto final = [&](auto e, auto running) { return when >= 0 ? rf.value(e, running) : running; };
         sums.commit([&](int i, Dd running) { return final(i == s1 ? e_s1 : e_s2, running); });
         g.shift = final(e_shift, shift);
         ir_.store(shift_slot, g.shift);
-        for (const auto& [e, en] : bounds) ir_.store(e, final(e_zero, en));
+        for (std::size_t b = 0; b < bounds.size(); ++b) ir_.store(std::get<0>(bounds[b]), final(restart[b], std::get<1>(bounds[b])));
         g.s1v = final(e_s1v, s1v);
         if (second) g.m2n = final(e_m2n, m2n);
         it = moment_groups_.emplace(key, g).first;
@@ -765,12 +800,12 @@ V Lowering::pair_moments(const Node* node) {
         // magnitude (and the products entering it) and the plain sums' against n (n - 1) or |n Sxy - Sx Sy|.
         const GuardConstants k = GuardConstants::of(exact_, tolerance_);
         V when = -1;
-        std::vector<std::pair<int, V>> bounds;
-        auto bound = [&](const std::string& of, V size) {
+        std::vector<std::tuple<int, V, double>> bounds;  // (E state, E's new value, factor)
+        auto bound = [&](const std::string& of, V size, double factor, double term) {  // E kept times factor
             const int e = ir_.new_state(0, "rounding bound of " + of + " " + what);
-            V en = ir_.add(ir_.load(e), size);
-            bounds.push_back({e, en});
-            return en;
+            V en = ir_.f(Prim::Fma, size, ir_.constant(factor), ir_.load(e));
+            bounds.push_back({e, en, factor});
+            return term > 0 ? ir_.f(Prim::Fma, size, ir_.constant(term), en) : en;
         };
         auto test = [&](V lhs, V spread) {
             V t = ir_.b(Prim::CmpGT, lhs, spread);  // false for a NaN spread
@@ -778,26 +813,33 @@ V Lowering::pair_moments(const Node* node) {
         };
         const double k2 = 3.0 * d * k.per_row;
         if (corr) {
-            test(ir_.mul(bound("x squares", sums.running(sxx).hi), ir_.constant(k2)), vx);
-            test(ir_.mul(bound("y squares", sums.running(syy).hi), ir_.constant(k2)), vy);
+            test(bound("x squares", magnitude(ir_, sums.running(sxx)), k2, 2.0 * d * k.term), vx);
+            test(bound("y squares", magnitude(ir_, sums.running(syy)), k2, 2.0 * d * k.term), vy);
         } else {
             auto abs = [&](V v) { return ir_.f(Prim::Abs, v); };
-            V sxa = abs(sums.running(sx).hi), sya = abs(sums.running(sy).hi);
-            V exy = bound("the cross sum", ir_.add(abs(sums.running(sxy).hi), abs(ir_.mul(xi, yi))));
-            V es = bound("the sums", ir_.add(sxa, sya));
+            V sxa = magnitude(ir_, sums.running(sx)), sya = magnitude(ir_, sums.running(sy));
+            const double kc = 2.0 * k.per_row;
+            V exy = bound("the cross sum", ir_.add(magnitude(ir_, sums.running(sxy)), abs(ir_.mul(xi, yi))), kc, 0);
+            V es = bound("the sums", ir_.add(sxa, sya), kc, 0);
             V err = ir_.f(Prim::Fma, ir_.constant(d), exy, ir_.mul(ir_.add(sxa, sya), es));
+            // Rounded terms, where the shifts are far from the values (same signs): about (2n + 2) u |Sx| |Sy|.
+            if (k.term > 0) err = ir_.f(Prim::Fma, ir_.mul(sxa, sya), ir_.constant((d + 1.0) * k.term), err);
             V nn1 = ir_.mul(n, ir_.sub(n, ir_.constant(1))), mag = abs(cxy);
-            test(ir_.mul(err, ir_.constant(2.0 * k.per_row)), ir_.select(ir_.lt(mag, nn1), nn1, mag));
+            test(err, ir_.select(ir_.lt(mag, nn1), nn1, mag));
         }
         RefoldBuilder rf(ir_, d);
-        V new_x = ir_.select(in_finite, xv, shx), new_y = ir_.select(in_finite, yv, shy);
+        const V latest_x = full ? shx : last_finite(xv, in_finite, "x " + what);
+        const V latest_y = full ? shy : last_finite(yv, in_finite, "y " + what);
+        auto new_shift = [&](IrBuilder& part, V value, V latest) {  // formed inside the refold, as for one window
+            return part.select(rf.outer(part, in_finite), rf.outer(part, value), rf.outer(part, latest));
+        };
         std::map<std::pair<const Node*, int>, V> memo;
         IrBuilder& lag = rf.lag();
         V xk = at_refold_lag(lag, x, 0, memo), yk = at_refold_lag(lag, y, 0, memo);
         V ok = lag.land(lag.row_in_pass(0), lag.land(is_finite(lag, xk), is_finite(lag, yk)));
         V zero_k = lag.constant(0);
-        V xs = lag.select(ok, lag.sub(xk, rf.outer(lag, new_x)), zero_k);
-        V ys = lag.select(ok, lag.sub(yk, rf.outer(lag, new_y)), zero_k);
+        V xs = lag.select(ok, lag.sub(xk, new_shift(lag, xv, latest_x)), zero_k);
+        V ys = lag.select(ok, lag.sub(yk, new_shift(lag, yv, latest_y)), zero_k);
         rf.refresh(xi, xs);
         rf.refresh(yi, ys);
         std::vector<std::pair<int, int>> folds(sums.size(), {-1, -1});
@@ -822,13 +864,20 @@ V Lowering::pair_moments(const Node* node) {
         const int e_cxy = rf.export_value(edd.centred(ne, su(sxy), su(sx), su(sy)));
         const int e_vx = corr ? rf.export_value(edd.centred(ne, su(sxx), su(sx), su(sx))) : -1;
         const int e_vy = corr ? rf.export_value(edd.centred(ne, su(syy), su(sy), su(sy))) : -1;
-        const int e_shx = rf.export_value(rf.outer(ep, new_x)), e_shy = rf.export_value(rf.outer(ep, new_y));
-        const int e_zero = rf.export_value(ep.constant(0));
+        const int e_shx = rf.export_value(new_shift(ep, xv, latest_x)), e_shy = rf.export_value(new_shift(ep, yv, latest_y));
+        std::vector<V> fresh;  // each bound's size from the rebuilt sums, in the order of `bounds`
+        if (corr) {
+            fresh = {magnitude(ep, su(sxx)), magnitude(ep, su(syy))};
+        } else {
+            fresh = {magnitude(ep, su(sxy)), ep.add(magnitude(ep, su(sx)), magnitude(ep, su(sy)))};
+        }
+        std::vector<int> restart;
+        for (std::size_t b = 0; b < bounds.size(); ++b) restart.push_back(rf.export_value(ep.mul(fresh[b], ep.constant(std::get<2>(bounds[b])))));
         rf.emit(when);
         sums.commit([&](int i, Dd running) { return rf.value(exported[static_cast<std::size_t>(i)], running); });
         ir_.store(shx_slot, rf.value(e_shx, shx));
         ir_.store(shy_slot, rf.value(e_shy, shy));
-        for (const auto& [e, en] : bounds) ir_.store(e, rf.value(e_zero, en));
+        for (std::size_t b = 0; b < bounds.size(); ++b) ir_.store(std::get<0>(bounds[b]), rf.value(restart[b], std::get<1>(bounds[b])));
         g.cxy = rf.value(e_cxy, cxy);
         if (corr) {
             g.vx = rf.value(e_vx, vx);
@@ -849,7 +898,10 @@ V Lowering::pair_moments(const Node* node) {
     // corr = (n Sxy - Sx Sy) / sqrt((n Sxx - Sx^2)(n Syy - Sy^2)). Divisions and square roots cost more than
     // the whole update on a CPU: a reciprocal square root estimate refined to a few ulp, on values the
     // selects below keep away from 0 and NaN.
-    V r = ir_.mul(g.cxy, ir_.f(Prim::RSqrt, ir_.mul(g.vx, g.vy)));
+    // (Float64 panels: one estimate per variance, since vx * vy overflows for values far below the ~1e154 at
+    // which the sums of squares themselves do; float32 panels cannot get there.)
+    V r = exact_ ? ir_.mul(ir_.mul(g.cxy, ir_.f(Prim::RSqrt, g.vx)), ir_.f(Prim::RSqrt, g.vy))
+                 : ir_.mul(g.cxy, ir_.f(Prim::RSqrt, ir_.mul(g.vx, g.vy)));
     V one = ir_.constant(1), minus_one = ir_.constant(-1);
     r = ir_.f(Prim::Min, ir_.f(Prim::Max, r, minus_one), one);  // NaN r is masked below
     // Not a positive variance: 0 or below by rounding, or NaN where float64 sums overflowed (|x| beyond

@@ -38,6 +38,7 @@ namespace {
 constexpr int kUnroll = 4;
 
 struct Row {
+    int u = 0;                      // the row's place in its visit (group_rows())
     llvm::Value* t;                 // the row index
     llvm::Value* t_f64;             // splat of t as double
     llvm::Value* write;             // splat of t >= out_begin
@@ -215,6 +216,7 @@ private:
         std::vector<Row> rs;
         for (int u = 0; u < step; ++u) {
             Row row;
+            row.u = u;
             row.t = b_.CreateAdd(t.iv, i64c(u));
             row.t_f64 = b_.CreateVectorSplat(W_, b_.CreateSIToFP(row.t, f64_));
             row.write = b_.CreateVectorSplat(W_, b_.CreateICmpSGE(row.t, out_begin_));
@@ -227,7 +229,7 @@ private:
         col_ = b_.CreateAdd(col_begin_, b_.CreateMul(g.iv, i64c(W_)));
         // Lanes past col_end are masked off: loads give NaN, stores are skipped.
         lane_mask_ = b_.CreateICmpSLT(iota(), b_.CreateVectorSplat(W_, b_.CreateSub(col_end_, col_)));
-        for (const Row& row : rs) row_body(row);
+        group_rows(rs);
         end_loop(g);
         for (std::size_t r = 0; r < k_.rings.size(); ++r)
             phis[r]->addIncoming(b_.CreateURem(b_.CreateAdd(pos[r], i64c(step)), i64c(k_.rings[r].size)),
@@ -237,14 +239,76 @@ private:
         return std::vector<llvm::Value*>(phis.begin(), phis.end());
     }
 
-    void row_body(const Row& row) {
+    // One visit of a lane group: its rows, first as if no refold ran, collecting the lanes whose guards fire;
+    // where none did (almost always), the states those rows computed are stored; where one did, the rows run
+    // again from the states as they were, refolding where needed. States are values while the rows run and
+    // stored once at the end, so the rows that run again start from what is still in scratch; they rewrite
+    // the outputs and ring entries the first run wrote. A refold inside the first run instead (a branch per
+    // row) kept LLVM from forwarding states across the rows: corr w=20 took 15 % longer (bench/RESULTS.md).
+    void group_rows(const std::vector<Row>& rs) {
+        const bool refolds = !k_.refolds.empty();
+        begin_states();
+        need_ = refolds ? llvm::ConstantInt::getFalse(llvm::FixedVectorType::get(b_.getInt1Ty(), static_cast<unsigned>(W_))) : nullptr;
+        // Ring pushes wait for the end too: rows that run again read entries from before the visit, which a
+        // ring of just its longest lag would have lost to the first run's later rows.
+        defer_pushes_ = true;
+        pushed_.assign(k_.rings.size(), std::vector<llvm::Value*>(rs.size(), nullptr));
+        for (const Row& row : rs) row_body(row, false);
+        defer_pushes_ = false;
+        if (!refolds) {
+            store_states();
+            store_pushes(rs);
+            return;
+        }
+        auto* again = llvm::BasicBlock::Create(ctx_, "refold.rows", fn_);
+        auto* keep = llvm::BasicBlock::Create(ctx_, "keep.rows", fn_);
+        auto* next = llvm::BasicBlock::Create(ctx_, "rows.done", fn_);
+        llvm::MDBuilder md(ctx_);
+        b_.CreateCondBr(any_lane(need_), again, keep, md.createBranchWeights(1, 1000));
+        b_.SetInsertPoint(keep);
+        store_states();
+        store_pushes(rs);
+        b_.CreateBr(next);
+        b_.SetInsertPoint(again);
+        begin_states();
+        for (const Row& row : rs) row_body(row, true);
+        store_states();
+        b_.CreateBr(next);
+        b_.SetInsertPoint(next);
+    }
+
+    void begin_states() {
+        state_vals_.assign(k_.states.size(), nullptr);
+        state_stored_.assign(k_.states.size(), false);
+    }
+    void store_pushes(const std::vector<Row>& rs) {  // in row order: a short ring keeps the latest
+        for (const Row& row : rs)
+            for (std::size_t r = 0; r < k_.rings.size(); ++r)
+                scratch_store(pushed_[r][static_cast<std::size_t>(row.u)], ring_slot(static_cast<int>(r), row.pos[r]));
+    }
+    void store_states() {
+        for (std::size_t s = 0; s < k_.states.size(); ++s)
+            if (state_stored_[s]) scratch_store(state_vals_[s], i64c(static_cast<std::int64_t>(s) * W_));
+    }
+    llvm::Value* any_lane(llvm::Value* mask) {
+        const auto bits = static_cast<unsigned>(W_);
+        return b_.CreateICmpNE(b_.CreateBitCast(mask, b_.getIntNTy(bits)), b_.getIntN(bits, 0));
+    }
+
+    // One row; `refolding`: refolds run where their guards fire, else the guards only mark their lanes.
+    void row_body(const Row& row, bool refolding) {
         row_ = &row;
         vals_.assign(k_.body.size(), nullptr);
         for (std::size_t i = 0; i < k_.body.size(); ++i) {
             const ir::Inst& in = k_.body[i];
-            if (in.op == Prim::Refold) refold(in, i);
-            else if (in.op == Prim::RefoldValue) vals_[i] = refolded_.at(static_cast<std::int32_t>(i));
-            else vals_[i] = inst(in);
+            if (in.op == Prim::Refold) {
+                if (refolding) refold(in, i);
+                else need_ = b_.CreateOr(need_, b_.CreateAnd(vals_[static_cast<std::size_t>(in.a)], lane_mask_));
+            } else if (in.op == Prim::RefoldValue) {
+                vals_[i] = refolding ? refolded_.at(static_cast<std::int32_t>(i)) : vals_[static_cast<std::size_t>(in.a)];
+            } else {
+                vals_[i] = inst(in);
+            }
         }
     }
 
@@ -258,7 +322,7 @@ private:
         for (std::size_t i = index + 1; i < k_.body.size(); ++i)
             if (k_.body[i].op == Prim::RefoldValue && k_.body[i].slot == at.slot) values.push_back(i);
         llvm::Value* mask = b_.CreateAnd(vals_[static_cast<std::size_t>(at.a)], lane_mask_);
-        llvm::Value* any = b_.CreateICmpNE(b_.CreateBitCast(mask, b_.getIntNTy(static_cast<unsigned>(W_))), b_.getIntN(static_cast<unsigned>(W_), 0));
+        llvm::Value* any = any_lane(mask);
         llvm::BasicBlock* pre = b_.GetInsertBlock();
         auto* run = llvm::BasicBlock::Create(ctx_, "refold", fn_);
         auto* head = llvm::BasicBlock::Create(ctx_, "refold.lag", fn_);
@@ -364,10 +428,23 @@ private:
         case Prim::RowIndex: return row_->t_f64;
         case Prim::RowInPass:
             return b_.CreateVectorSplat(W_, b_.CreateICmpSGE(b_.CreateSub(row_->t, lag_of(in)), row_begin_));
-        case Prim::LoadState: return scratch_load(i64c(static_cast<std::int64_t>(in.slot) * W_));
-        case Prim::StoreState: scratch_store(A(), i64c(static_cast<std::int64_t>(in.slot) * W_)); return nullptr;
-        case Prim::RingPush: scratch_store(A(), ring_slot(in.slot, row_->pos[in.slot])); return nullptr;
+        case Prim::LoadState: {  // loaded once a visit; StoreState replaces the value, store_states() stores it
+            llvm::Value*& v = state_vals_[static_cast<std::size_t>(in.slot)];
+            if (!v) v = scratch_load(i64c(static_cast<std::int64_t>(in.slot) * W_));
+            return v;
+        }
+        case Prim::StoreState:
+            state_vals_[static_cast<std::size_t>(in.slot)] = A();
+            state_stored_[static_cast<std::size_t>(in.slot)] = true;
+            return nullptr;
+        case Prim::RingPush:
+            if (defer_pushes_) pushed_[static_cast<std::size_t>(in.slot)][static_cast<std::size_t>(row_->u)] = A();
+            else scratch_store(A(), ring_slot(in.slot, row_->pos[in.slot]));
+            return nullptr;
         case Prim::RingRead:
+            // A row pushed earlier in this visit, while pushes wait for the visit's end: its value.
+            if (defer_pushes_ && !lag_extra_ && in.lag <= row_->u)
+                return pushed_[static_cast<std::size_t>(in.slot)][static_cast<std::size_t>(row_->u - in.lag)];
             // Entries start as NaN and rows since row_begin are all pushed, so an entry for a row before
             // the pass reads NaN without a test (lag < ring size).
             return scratch_load(ring_slot(in.slot, wrap(b_.CreateSub(row_->pos[in.slot], lag_of(in)), k_.rings[in.slot].size)));
@@ -461,6 +538,12 @@ private:
     llvm::Value* lag_extra_ = nullptr;
     std::vector<std::pair<llvm::Value*, llvm::Value*>> folds_;
     std::map<std::int32_t, llvm::Value*> refolded_;  // each RefoldValue's merged value, this row
+    // The states' values during a lane group's visit (group_rows()), and which of them its rows stored.
+    std::vector<llvm::Value*> state_vals_;
+    std::vector<bool> state_stored_;
+    llvm::Value* need_ = nullptr;  // lanes whose guards fired in the visit's first run
+    bool defer_pushes_ = false;    // the first run: pushes kept in pushed_[ring][row] until the visit's end
+    std::vector<std::vector<llvm::Value*>> pushed_;
     llvm::MDNode *scratch_md_ = nullptr, *panel_md_ = nullptr;
 };
 
