@@ -442,6 +442,10 @@ V magnitude(IrBuilder& ir, Dd s) {
     return s.lo < 0 ? m : ir.add(m, ir.f(Prim::Abs, s.lo));
 }
 
+// The same for a plain sum of squares: itself. It is negative only where rounding has swamped it, and then
+// so is the centred moment the guard compares it with, which fires the guard anyway.
+V squares_magnitude(IrBuilder& ir, Dd s) { return s.lo < 0 ? s.hi : magnitude(ir, s); }
+
 V at_least(IrBuilder& ir, V n, int m) { return ir.b(Prim::CmpGE, n, ir.constant(m)); }
 
 V is_finite(IrBuilder& ir, V x) { return ir.lt(ir.f(Prim::Abs, x), ir.constant(kInf)); }
@@ -647,7 +651,7 @@ V Lowering::moments(const Node* node) {
             when = when < 0 ? test : ir_.lor(when, test);
             bounds.push_back({e, en, factor});
         };
-        if (second) guard("squares", magnitude(ir_, sums.running(s2)), m2n, 3.0 * d * k.per_row, 2.0 * d * k.term);
+        if (second) guard("squares", squares_magnitude(ir_, sums.running(s2)), m2n, 3.0 * d * k.per_row, 2.0 * d * k.term);
         if (sum) {
             V total = ir_.f(Prim::Fma, g.finite, shift, s1v);
             V one = ir_.constant(1), mag = ir_.f(Prim::Abs, total);
@@ -688,6 +692,9 @@ V Lowering::moments(const Node* node) {
         // window), and its rounding leaves with it later.
         std::vector<int> restart;
         for (std::size_t b = 0; b < bounds.size(); ++b) restart.push_back(rf.export_value(ep.mul(fresh[b], ep.constant(std::get<2>(bounds[b])))));
+        // Only windows that give a result are guarded: before a full window's d rows have entered, its centred
+        // moment is formed with n = d over fewer rows and is meaningless (often negative).
+        if (when >= 0) when = ir_.land(when, at_least(ir_, g.finite, full ? d : (second ? 2 : 1)));
         if (when >= 0) rf.emit(when);  // (a count alone has no sums to guard)
         auto final = [&](auto e, auto running) { return when >= 0 ? rf.value(e, running) : running; };
         sums.commit([&](int i, Dd running) { return final(i == s1 ? e_s1 : e_s2, running); });
@@ -813,8 +820,8 @@ V Lowering::pair_moments(const Node* node) {
         };
         const double k2 = 3.0 * d * k.per_row;
         if (corr) {
-            test(bound("x squares", magnitude(ir_, sums.running(sxx)), k2, 2.0 * d * k.term), vx);
-            test(bound("y squares", magnitude(ir_, sums.running(syy)), k2, 2.0 * d * k.term), vy);
+            test(bound("x squares", squares_magnitude(ir_, sums.running(sxx)), k2, 2.0 * d * k.term), vx);
+            test(bound("y squares", squares_magnitude(ir_, sums.running(syy)), k2, 2.0 * d * k.term), vy);
         } else {
             auto abs = [&](V v) { return ir_.f(Prim::Abs, v); };
             V sxa = magnitude(ir_, sums.running(sx)), sya = magnitude(ir_, sums.running(sy));
@@ -873,6 +880,7 @@ V Lowering::pair_moments(const Node* node) {
         }
         std::vector<int> restart;
         for (std::size_t b = 0; b < bounds.size(); ++b) restart.push_back(rf.export_value(ep.mul(fresh[b], ep.constant(std::get<2>(bounds[b])))));
+        when = ir_.land(when, at_least(ir_, nf, full ? d : 2));  // (windows that give a result, as for one window)
         rf.emit(when);
         sums.commit([&](int i, Dd running) { return rf.value(exported[static_cast<std::size_t>(i)], running); });
         ir_.store(shx_slot, rf.value(e_shx, shx));

@@ -72,12 +72,10 @@ public:
     }
 
     std::unique_ptr<llvm::Module> run() {
+        if (!k_.refolds.empty()) emit_refolding_rows();
         auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr_}, false);
         fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, k_.name, mod_.get());
-        fn_->addFnAttr(llvm::Attribute::NoUnwind);
-        // Keep whole vectors in registers: without these x86 splits 512-bit vectors in two.
-        fn_->addFnAttr("min-legal-vector-width", std::to_string(W_ * 64));
-        fn_->addFnAttr("prefer-vector-width", std::to_string(W_ * 64));
+        vector_attributes(fn_);
         b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
         load_args();
         init_scratch();
@@ -91,6 +89,45 @@ public:
     }
 
 private:
+    void vector_attributes(llvm::Function* f) {
+        f->addFnAttr(llvm::Attribute::NoUnwind);
+        // Keep whole vectors in registers: without these x86 splits 512-bit vectors in two.
+        f->addFnAttr("min-legal-vector-width", std::to_string(W_ * 64));
+        f->addFnAttr("prefer-vector-width", std::to_string(W_ * 64));
+    }
+
+    // The rows of one lane group run again with their refolds (group_rows()): a function of its own, called
+    // from the cold branch, so that the kernel's loop is compiled as if refolds did not exist. With the
+    // refolding copy inside the loop, corr w=20 took 56 ms against 44 ms without it, on rows where no guard
+    // fired (one thread, 20,000 x 1,000): LLVM compiled the hot rows worse around it.
+    // refolding_rows(args, group, first row, end row).
+    void emit_refolding_rows() {
+        auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr_, i64_, i64_, i64_}, false);
+        fn_ = llvm::Function::Create(fty, llvm::Function::InternalLinkage, k_.name + ".refolding_rows", mod_.get());
+        vector_attributes(fn_);
+        fn_->addFnAttr(llvm::Attribute::NoInline);
+        fn_->addFnAttr(llvm::Attribute::Cold);
+        refolding_rows_ = fn_;
+        b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
+        load_args();
+        llvm::Value* g = fn_->getArg(1);
+        group_base_ = b_.CreateInBoundsGEP(f64_, scratch_, b_.CreateMul(g, i64c(per_group_)));
+        col_ = b_.CreateAdd(col_begin_, b_.CreateMul(g, i64c(W_)));
+        lane_mask_ = b_.CreateICmpSLT(iota(), b_.CreateVectorSplat(W_, b_.CreateSub(col_end_, col_)));
+        Loop t = begin_loop(fn_->getArg(2), fn_->getArg(3), "refolding.row");
+        Row row;
+        row.t = t.iv;
+        row.t_f64 = b_.CreateVectorSplat(W_, b_.CreateSIToFP(row.t, f64_));
+        row.write = b_.CreateVectorSplat(W_, b_.CreateICmpSGE(row.t, out_begin_));
+        for (std::size_t r = 0; r < k_.rings.size(); ++r)  // (rings start at row_begin, position 0)
+            row.pos.push_back(b_.CreateURem(b_.CreateSub(row.t, row_begin_), i64c(k_.rings[r].size)));
+        begin_states();
+        row_body(row, true);
+        store_states();
+        end_loop(t);
+        b_.CreateRetVoid();
+    }
+
     // ---- helpers --------------------------------------------------------------------------------------
     llvm::Value* field(int index) {  // KernelArgs is a sequence of 8-byte fields
         llvm::Value* p = b_.CreateConstInBoundsGEP1_64(i64_, args_, index);
@@ -161,6 +198,10 @@ private:
         out_begin_ = field(7);
         row_end_ = field(8);
         scratch_ = field_ptr(9);
+        in_ptr_.clear();
+        in_ld_v_.clear();
+        out_ptr_.clear();
+        out_ld_v_.clear();
         for (std::size_t i = 0; i < k_.inputs.size(); ++i) {
             in_ptr_.push_back(b_.CreateLoad(ptr_, b_.CreateConstInBoundsGEP1_64(ptr_, inputs_, i)));
             in_ld_v_.push_back(b_.CreateLoad(i64_, b_.CreateConstInBoundsGEP1_64(i64_, in_ld_, i)));
@@ -225,6 +266,7 @@ private:
             rs.push_back(row);
         }
         Loop g = begin_loop(i64c(0), ngroups_, "group");
+        group_ = g.iv;
         group_base_ = b_.CreateInBoundsGEP(f64_, scratch_, b_.CreateMul(g.iv, i64c(per_group_)));
         col_ = b_.CreateAdd(col_begin_, b_.CreateMul(g.iv, i64c(W_)));
         // Lanes past col_end are masked off: loads give NaN, stores are skipped.
@@ -241,10 +283,10 @@ private:
 
     // One visit of a lane group: its rows, first as if no refold ran, collecting the lanes whose guards fire;
     // where none did (almost always), the states those rows computed are stored; where one did, the rows run
-    // again from the states as they were, refolding where needed. States are values while the rows run and
-    // stored once at the end, so the rows that run again start from what is still in scratch; they rewrite
-    // the outputs and ring entries the first run wrote. A refold inside the first run instead (a branch per
-    // row) kept LLVM from forwarding states across the rows: corr w=20 took 15 % longer (bench/RESULTS.md).
+    // again from the states as they were, refolding where needed (emit_refolding_rows()). States are values
+    // while the rows run and stored once at the end, so the rows that run again start from what is still in
+    // scratch; they rewrite the outputs and ring entries the first run wrote. A refold inside the first run
+    // instead (a branch per row) kept LLVM from forwarding states across the rows: corr w=20 took 15 % longer.
     void group_rows(const std::vector<Row>& rs) {
         const bool refolds = !k_.refolds.empty();
         begin_states();
@@ -264,15 +306,13 @@ private:
         auto* keep = llvm::BasicBlock::Create(ctx_, "keep.rows", fn_);
         auto* next = llvm::BasicBlock::Create(ctx_, "rows.done", fn_);
         llvm::MDBuilder md(ctx_);
-        b_.CreateCondBr(any_lane(need_), again, keep, md.createBranchWeights(1, 1000));
+        b_.CreateCondBr(any_lane(b_.CreateAnd(need_, lane_mask_)), again, keep, md.createBranchWeights(1, 1000));
         b_.SetInsertPoint(keep);
         store_states();
         store_pushes(rs);
         b_.CreateBr(next);
         b_.SetInsertPoint(again);
-        begin_states();
-        for (const Row& row : rs) row_body(row, true);
-        store_states();
+        b_.CreateCall(refolding_rows_, {args_, group_, rs.front().t, b_.CreateAdd(rs.back().t, i64c(1))});
         b_.CreateBr(next);
         b_.SetInsertPoint(next);
     }
@@ -303,7 +343,7 @@ private:
             const ir::Inst& in = k_.body[i];
             if (in.op == Prim::Refold) {
                 if (refolding) refold(in, i);
-                else need_ = b_.CreateOr(need_, b_.CreateAnd(vals_[static_cast<std::size_t>(in.a)], lane_mask_));
+                else need_ = b_.CreateOr(need_, vals_[static_cast<std::size_t>(in.a)]);  // (lanes masked once, at the end)
             } else if (in.op == Prim::RefoldValue) {
                 vals_[i] = refolding ? refolded_.at(static_cast<std::int32_t>(i)) : vals_[static_cast<std::size_t>(in.a)];
             } else {
@@ -543,6 +583,8 @@ private:
     std::vector<bool> state_stored_;
     llvm::Value* need_ = nullptr;  // lanes whose guards fired in the visit's first run
     bool defer_pushes_ = false;    // the first run: pushes kept in pushed_[ring][row] until the visit's end
+    llvm::Function* refolding_rows_ = nullptr;
+    llvm::Value* group_ = nullptr;  // the lane group loop's index
     std::vector<std::vector<llvm::Value*>> pushed_;
     llvm::MDNode *scratch_md_ = nullptr, *panel_md_ = nullptr;
 };
