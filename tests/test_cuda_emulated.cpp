@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "codegen/cuda/emit.hpp"
 #include "codegen/plan.hpp"
 #include "cuda_cases.hpp"
+#include "refold_cases.hpp"
 #include "test_data.hpp"
 
 #ifdef FJ_WITH_CUDA
@@ -546,6 +548,81 @@ TEST_CASE("float64 sums that overflow give NaN, not a wrong number (emulated)") 
     std::string cxx, dir;
     if (!emulation_ready(&cxx, &dir)) return;
     check_judged_emulated(fj::test::float64_overflow(), cxx, dir, "overflow");
+}
+
+// Refolds (kernel_ir.hpp) in the column scan: on price-like data with spikes, a level shift and NaN rows
+// (tests/refold_cases.hpp), the window-sum groups' kernels, run on the host as generic kernels (one guarded
+// loop with preset shifts; batches of 3 rows), specialised ones (quiet batches) and specialised ones with
+// echo rings (which refolds refresh), agree with the CPU backend, which runs the same IR, on the same time
+// tiles (so that both run the same passes: a pass's first rows decide its shifts); tiles of 37 and 64 rows
+// put spikes at a pass's first rows and in its warm-up. (How close both come to the reference is the spikes
+// suite's question.)
+TEST_CASE("column scans run refolds as the CPU backend does: spikes, level shifts, echo rings, presets") {
+    std::string cxx, dir;
+    if (!emulation_ready(&cxx, &dir)) return;
+    const std::string sub = dir + "/refold";
+    std::filesystem::create_directories(sub);
+    const std::int64_t rows = 600, cols = 12;
+    const long long ld = cols + 3;
+    for (fj::DType dtype : {fj::DType::F32, fj::DType::F64}) {
+        CAPTURE(fj::dtype_name(dtype));
+        const fj::test::Dataset ds = fj::test::refold_data(dtype, rows, cols);
+        const std::vector<fj::test::NamedExprs> progs = fj::test::refold_programs();
+        std::vector<fj::codegen::Plan> plans;
+        std::vector<const fj::ir::Kernel*> kernels;
+        for (const auto& p : progs) {
+            plans.push_back(fj::codegen::make_plan(p, dtype));
+            REQUIRE(plans.back().steps.size() == 1);
+        }
+        std::size_t with_refolds = 0;
+        for (const auto& p : plans) {
+            kernels.push_back(&p.steps[0].kernel);
+            with_refolds += !p.steps[0].kernel.refolds.empty();
+        }
+        CHECK(with_refolds == plans.size());
+        const std::vector<EmuKind> kinds = {{.unroll = 1, .one_loop = true},
+                                            {.unroll = 3},
+                                            {.ld_in = ld, .ld_out = ld, .unroll = 4},
+                                            {.ld_in = ld, .ld_out = ld, .unroll = 4, .echo = true}};
+        std::vector<std::unique_ptr<Emulated>> emus;
+        for (const EmuKind& k : kinds) {
+            emus.push_back(std::make_unique<Emulated>(kernels, dtype, sub, cxx, k));
+            REQUIRE_MESSAGE(emus.back()->error().empty(), emus.back()->error());
+        }
+        for (std::int64_t tile : {37, 64}) {
+            CAPTURE(tile);
+            fj::CompileOptions cpu;
+            cpu.backend = fj::Backend::Cpu;
+            cpu.tile_rows = tile;
+            for (std::size_t pi = 0; pi < plans.size(); ++pi) {
+                const fj::codegen::Plan& plan = plans[pi];
+                CAPTURE(plan.steps[0].kernel.name);
+                const auto want = fj::test::compile_and_run(progs[pi], ds.inputs, rows, cols, dtype, cpu);
+                REQUIRE(want);
+                for (std::size_t e = 0; e < emus.size(); ++e) {
+                    CAPTURE(e);
+                    std::map<std::string, fj::test::HostBuffer> ib, ob;
+                    std::map<std::string, fj::Panel> ip, op;
+                    for (const auto& [n, v] : ds.inputs) {
+                        ib.emplace(n, fj::test::HostBuffer(dtype, rows, cols, ld));
+                        ib.at(n).load(v, 7.7e30);
+                        ip.emplace(n, ib.at(n).panel());
+                    }
+                    for (const auto& n : plan.outputs) {
+                        ob.emplace(n, fj::test::HostBuffer(dtype, rows, cols, ld));
+                        ob.at(n).fill(12345.0, -3.3e33);
+                        op.emplace(n, ob.at(n).panel());
+                    }
+                    emus[e]->run(pi, plan.steps[0].kernel, ip, op, tile);
+                    for (std::size_t k = 0; k < progs[pi].size(); ++k) {
+                        const std::string msg = fj::test::agree(ob.at(plan.outputs[k]).cells(), want->at(progs[pi][k].first), cols, dtype);
+                        CHECK_MESSAGE(msg.empty(), "`" << progs[pi][k].second.str() << "`: " << msg);
+                        CHECK(ob.at(plan.outputs[k]).padding_changed(-3.3e33).empty());
+                    }
+                }
+            }
+        }
+    }
 }
 
 TEST_CASE("window-scan kernels, run on the host, match the reference") {

@@ -36,7 +36,20 @@ void plan_echo(const KernelFacts& f, ColumnScanPlan& plan) {
     auto plain = [&](std::int32_t i) {  // a float64 value emitted as `const double v<i>` in every kind of row
         const auto u = static_cast<std::size_t>(i);
         return k.body[u].type == Type::F64 && f.live[u] && !f.int_value[u] && !f.fmat[u] && !f.narrow[u] &&
-               f.sticky_of[u] < 0 && k.body[u].op != Prim::Const;
+               f.sticky_of[u] < 0 && k.body[u].op != Prim::Const && k.body[u].op != Prim::RefoldValue;
+    };
+    // A ring whose earlier value refolds refresh (kernel_ir.hpp's Refresh) takes its row's value before the
+    // first of their Refold instructions (EchoRing::store_at), so that value must come before it, and their
+    // rows must fit the ring (the rows a refold recomputes are the ones it keeps); else no ring for it.
+    auto refreshed_at = [&](const ir::Echo& e) -> std::int32_t {  // -1 none, -2 no ring possible
+        std::int32_t at = -1;
+        for (std::size_t r = 0; r < k.refolds.size(); ++r)
+            for (const ir::Refresh& h : k.refolds[r].refreshes) {
+                if (h.main != e.earlier) continue;
+                if (k.refolds[r].rows > e.lag || f.refold_at[r] <= e.earlier) return -2;
+                at = at < 0 ? f.refold_at[r] : std::min(at, f.refold_at[r]);
+            }
+        return at;
     };
     std::vector<bool> is_later(n, false);
     long long period = 1;
@@ -45,8 +58,10 @@ void plan_echo(const KernelFacts& f, ColumnScanPlan& plan) {
     for (const ir::Echo& e : k.echoes) {
         if (e.lag < o.echo_min_lag || !plain(e.later) || !plain(e.earlier) || is_later[static_cast<std::size_t>(e.later)])
             continue;
+        const std::int32_t store_at = refreshed_at(e);
+        if (store_at == -2) continue;
         is_later[static_cast<std::size_t>(e.later)] = true;
-        rings.push_back({e.later, e.earlier, e.lag, doubles});
+        rings.push_back({e.later, e.earlier, e.lag, doubles, store_at});
         doubles += e.lag;
         period = std::lcm(period, static_cast<long long>(e.lag));
     }
@@ -92,7 +107,7 @@ void plan_presets(const KernelFacts& f, ColumnScanPlan& p) {
         const bool ok = x.op != Prim::LoadState && x.op != Prim::StoreState && x.op != Prim::RowIndex &&
                         x.op != Prim::RowInPass && x.op != Prim::RingRead && x.op != Prim::RingPush &&
                         x.op != Prim::Output && !(x.op == Prim::Input && x.lag != 0) && f.counter_state[i] < 0 &&
-                        f.sticky_of[i] < 0;
+                        f.sticky_of[i] < 0 && x.op != Prim::Refold && x.op != Prim::RefoldValue;
         return ok ? Reach::Expand : Reach::Fail;
     });
     if (!pure) return;
@@ -303,9 +318,11 @@ void ColumnScanEmitter::kernel() {
         line(0, "}}");
         return;
     }
-    // From here on sticky states are finite loop invariants; float32 copies of the float-exact ones.
+    // From here on sticky states are finite loop invariants (but where a refold moves them:
+    // KernelFacts::sticky_refold); float32 copies of the float-exact ones.
     for (std::size_t st = 0; st < k_.states.size(); ++st)
-        if (f_.live_sticky[st] && f_.state_fexact[st]) line(2, "const float sf{} = (float)s{};", st, st);
+        if (f_.live_sticky[st] && f_.state_fexact[st])
+            line(2, "{}float sf{} = (float)s{};", f_.sticky_refold[st] >= 0 ? "" : "const ", st, st);
     if (!p_.echo.empty()) echo = EchoRows::Ring;
     if (U_ > 1) {
         rolling_batches(mode(false));
@@ -483,10 +500,13 @@ void ColumnScanEmitter::step(int ind, int u, const RowMode& m) {
             line(in, "const double ve{} = fj_echo[{}];  // %{} of row {} - {}", e, echo_slot(e, u), p_.echo[e].earlier,
                  row(u), p_.echo[e].lag);
     const std::vector<bool>& live = row_live(m);
+    RowMode rows = m;
+    rows.live = &live;
     for (std::size_t i = 0; i < k_.body.size(); ++i)
-        if (live[i]) printer_.inst(in, u, i, m);
+        if (live[i]) printer_.inst(in, u, i, rows);
     for (std::size_t e = 0; e < p_.echo.size() && m.echo != EchoRows::None; ++e) {
         const EchoRing& r = p_.echo[e];
+        if (r.store_at >= 0 && live[static_cast<std::size_t>(r.store_at)]) continue;  // (stored before its refold)
         if (m.echo == EchoRows::Ring) line(in, "fj_echo[{}] = v{};", echo_slot(e, u), r.earlier);
         else line(in, "fj_echo[{} + (int)((unsigned long long)({} - row_begin) % {}u)] = v{};", r.offset, row(u), r.lag, r.earlier);
     }

@@ -100,21 +100,35 @@ WindowSplit cuda_window_sum_split(const CudaKernelAnalysis& analysis, const Cuda
     return detail::window_sum_split(a.facts, a.scan_plan());
 }
 
-// The functions of a kernel and options alone: one analysis per call.
+// The functions of a kernel and options alone: one analysis per call. Window and chained scans do not run
+// refolds yet (as select_kernel, which says why): they take the kernel as if no refold ever ran.
+namespace {
+struct ScanKernel {
+    std::optional<ir::Kernel> stripped;
+    const ir::Kernel& kernel;
+    ScanKernel(const ir::Kernel& k, bool scan)
+        : stripped(scan && !k.refolds.empty() ? std::optional<ir::Kernel>(ir::without_refolds(k)) : std::nullopt),
+          kernel(stripped ? *stripped : k) {}
+};
+}  // namespace
+
 CudaColumnScanShape cuda_column_scan_shape(const ir::Kernel& kernel, const CudaEmitOptions& options) {
     return cuda_column_scan_shape(CudaKernelAnalysis(kernel, options), options);
 }
 
 std::string emit_cuda(const ir::Kernel& kernel, const CudaEmitOptions& options, CudaColumnScanShape* shape) {
-    return emit_cuda(CudaKernelAnalysis(kernel, options), options, shape);
+    const ScanKernel k(kernel, options.window_scan);
+    return emit_cuda(CudaKernelAnalysis(k.kernel, options), options, shape);
 }
 
 WindowScanLayout cuda_window_scan_layout(const ir::Kernel& kernel, const CudaEmitOptions& options) {
-    return cuda_window_scan_layout(CudaKernelAnalysis(kernel, options), options);
+    const ScanKernel k(kernel, true);
+    return cuda_window_scan_layout(CudaKernelAnalysis(k.kernel, options), options);
 }
 
 WindowSplit cuda_window_sum_split(const ir::Kernel& kernel, const CudaEmitOptions& options) {
-    return cuda_window_sum_split(CudaKernelAnalysis(kernel, options), options);
+    const ScanKernel k(kernel, true);
+    return cuda_window_sum_split(CudaKernelAnalysis(k.kernel, options), options);
 }
 
 std::vector<std::string> cuda_compile_options(const std::string& arch, bool fmad) {

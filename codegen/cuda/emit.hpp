@@ -35,6 +35,12 @@
 // slots instead of loading the leaving rows, and the loops after them load them as before.
 // Bodies of more than 300, 600 or 1500 live instructions batch at most 4, 2 or 1 rows (NVRTC's time grows
 // with the copies of the body).
+// Refolds (kernel_ir.hpp): in every kind of row, a Refold instruction is `if (when) { the window's rows
+// again, from the panel (and rings), in compensated sums; the epilogue; the exports }`, and its RefoldValues
+// read the exports or their fallbacks (a phi: rows without a refold pay the test alone); echo rings that
+// refold refreshes are overwritten with the recomputed values of the rows they keep (instructions.cpp).
+// Window and chained scans do not run refolds yet: select_kernel plans and emits them from
+// ir::without_refolds(kernel) (docs/numerics.md).
 //
 // The loop body is bound by instruction issue and load latency on an H200 (bench/RESULTS.md), so the
 // emitter spends no instruction it can avoid without changing a result: dead values are not emitted;
@@ -68,7 +74,8 @@
 namespace fj::codegen {
 
 // Bump whenever the generated code changes for the same IR: it is part of every cache key.
-inline constexpr int kCudaCodegenVersion = 18;
+// 19: column scans run the kernels' refolds (window and chained scans are emitted without them).
+inline constexpr int kCudaCodegenVersion = 19;
 
 // The longest time tile a launch may use (launch_config caps it): states then live for at most this
 // many rows plus the halo, which bounds counters enough to keep them in 32-bit registers.

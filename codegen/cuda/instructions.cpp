@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "dsl/error.hpp"
+
 namespace fj::codegen::detail {
 
 std::string InstructionPrinter::float_exact(std::int32_t i, int u) const {
@@ -42,6 +44,157 @@ std::string InstructionPrinter::ring_at(int r, int lag) const {
 std::string InstructionPrinter::rounded(std::int32_t o, int u) const {
     const std::string f = float_exact(o, u);
     return f.empty() ? fmt::format("(float)v{}", o) : f;
+}
+
+// A main-body value read by a refold (Outer) or a RefoldValue's fallback: every such value has its float64
+// form `v<o>` (KernelFacts::for_operands makes the refold a reader: no narrow-only values, integers' doubles).
+std::string InstructionPrinter::main_value(std::int32_t o) const { return fmt::format("v{}", o); }
+
+// Echo ring e takes row u's earlier value (the column scan's step() does it after the row, or before the
+// first Refold that refreshes the ring).
+std::string InstructionPrinter::echo_store(const EchoRing& e, int u, const RowMode& m) const {
+    if (m.echo == EchoRows::Ring) return fmt::format("fj_echo[{}] = v{};", e.offset + u % e.lag, e.earlier);
+    return fmt::format("fj_echo[{} + (int)((unsigned long long)({} - row_begin) % {}u)] = v{};", e.offset, row(u), e.lag, e.earlier);
+}
+
+// A Refold (kernel_ir.hpp): where its condition holds on this row, its per-lag part runs for each of the
+// window's rows (inputs read from the panel at row t - lag - k, NaN before row 0; rings at lag + k; RowInPass
+// tested), its sums are compensated (Neumaier) sums over them, its epilogue gives the exports, which the
+// RefoldValues after it read (`rv<i>`, holding the fallback where the fallback comes before the Refold, so
+// that rows without a refold pay the test alone). Echo rings it refreshes take this row's value first, then
+// the recomputed values of the rows they keep; sticky states it moves (KernelFacts::sticky_refold) take
+// their export here where the rows treat them as set. A rare path: one loop over the rows, not unrolled.
+// (As a __noinline__ device function called from each row instead, corr's batched kernel compiled five times
+// faster but took 156 registers instead of 132: ptxas gives the callee registers of its own on top of the
+// caller's live ones; returning the exports through local memory and summing one sum at a time: 144.)
+void InstructionPrinter::refold(int ind, int u, std::size_t i, const RowMode& m) {
+    const Inst& x = k_.body[i];
+    if (m.window_scan) bad_ir(k_, i, "window scans do not run refolds (select_kernel plans them from the kernel without)");
+    const auto r = static_cast<std::size_t>(x.slot);
+    const ir::Refold& rf = k_.refolds[r];
+    const std::vector<bool>& live = m.live ? *m.live : f_.live;
+    const auto at = static_cast<std::int32_t>(i);
+    // Echo rings refreshed here: this row's value first, so that the block below may overwrite it.
+    std::vector<std::pair<const EchoRing*, std::int32_t>> refresh;
+    if (m.echo != EchoRows::None)
+        for (const EchoRing& e : echo_) {
+            if (e.store_at == at) line(ind, "{}", echo_store(e, u, m));
+            for (const ir::Refresh& h : rf.refreshes)
+                if (h.main == e.earlier) refresh.push_back({&e, h.value});
+        }
+    std::vector<std::int32_t> values;  // its RefoldValues these rows read
+    for (std::int32_t v : f_.refold_values[r])
+        if (live[static_cast<std::size_t>(v)]) values.push_back(v);
+    std::vector<std::pair<int, std::int32_t>> sticky;  // (state, its RefoldValue) set here
+    if (!m.guarded || m.presets)
+        for (std::size_t st = 0; st < f_.sticky_refold.size(); ++st) {
+            const std::int32_t v = f_.sticky_refold[st];
+            if (v >= 0 && k_.body[static_cast<std::size_t>(v)].slot == x.slot && live[static_cast<std::size_t>(v)])
+                sticky.push_back({static_cast<int>(st), v});
+        }
+    if (values.empty() && refresh.empty()) return;
+    for (std::int32_t v : values) {
+        const Inst& y = k_.body[static_cast<std::size_t>(v)];
+        line(ind, "double rv{} = {};", v, y.a < at ? main_value(y.a) : std::string("0.0"));
+    }
+    std::string cond = fmt::format("v{}", x.a);
+    if (m.tail && u > 0) cond += fmt::format(" && {} < row_end", row(u));  // (rows from row_end on are dropped)
+    line(ind, "if ({}) {{  // refold {}: the sums again from the window's {} rows", cond, r, rf.rows);
+    const int in = ind + 1;
+    for (std::size_t s = 0; s < rf.sums.size(); ++s) line(in, "double fs{} = 0.0, fc{} = 0.0;  // sum, compensation", s, s);
+    line(in, "#pragma unroll 1");
+    line(in, "for (int k = 0; k < {}; ++k) {{", rf.rows);
+    for (std::size_t j = 0; j < static_cast<std::size_t>(rf.per_lag); ++j) refold_inst(in + 1, u, rf, j);
+    for (std::size_t s = 0; s < rf.sums.size(); ++s) {
+        line(in + 1, "{{  // Neumaier: fs{} + fc{} is the sum", s, s);
+        line(in + 2, "const double y = w{}, z = fs{} + y;", rf.sums[s], s);
+        line(in + 2, "fc{} += fabs(fs{}) >= fabs(y) ? (fs{} - z) + y : (y - z) + fs{};", s, s, s, s);
+        line(in + 2, "fs{} = z;", s);
+        line(in + 1, "}}");
+    }
+    for (const auto& [e, value] : refresh) {
+        // Rows t - k the ring keeps (k < lag: plan_echo() keeps rings whose refolds span no more rows).
+        if (m.echo == EchoRows::Ring)
+            line(in + 1, "fj_echo[{} + ({} - k) % {}] = w{};", e->offset, u % e->lag + e->lag, e->lag, value);
+        else
+            line(in + 1, "if ({} - k >= row_begin) fj_echo[{} + (int)((unsigned long long)({} - k - row_begin) % {}u)] = w{};", row(u),
+                 e->offset, row(u), e->lag, value);
+    }
+    line(in, "}}");
+    for (std::size_t j = static_cast<std::size_t>(rf.per_lag); j < rf.body.size(); ++j) refold_inst(in, u, rf, j);
+    for (std::int32_t v : values) line(in, "rv{} = w{};", v, rf.exports[static_cast<std::size_t>(k_.body[static_cast<std::size_t>(v)].lag)]);
+    for (const auto& [st, v] : sticky) {
+        // (A number wherever the state is one, KernelFacts::refold_keeps_sticky() checked; the test keeps a
+        // preset state (CudaEmitOptions::one_loop) on rows before the pass's first valid one, where the
+        // refold would have left it NaN.)
+        line(in, "if (rv{} == rv{}) {{  // the window's new shift", v, v);
+        line(in + 1, "s{} = {}rv{};", st, f_.float_state[static_cast<std::size_t>(st)] ? "(float)" : "", v);
+        if (!m.guarded && f_.live_sticky[static_cast<std::size_t>(st)] && f_.state_fexact[static_cast<std::size_t>(st)])
+            line(in + 1, "sf{} = (float)rv{};", st, v);
+        line(in, "}}");
+    }
+    line(ind, "}}");
+}
+
+// Instruction j of refold r's body (per-lag part: at lag k of the loop) at batch row u, as `w<j>`.
+void InstructionPrinter::refold_inst(int ind, int u, const ir::Refold& r, std::size_t j) {
+    const Inst& y = r.body[j];
+    const char* ty = y.type == Type::Bool ? "bool" : "double";
+    auto w = [](std::int32_t n) { return fmt::format("w{}", n); };
+    auto def = [&](const std::string& expr) { line(ind, "const {} w{} = {};", ty, j, expr); };
+    switch (y.op) {
+    case Prim::Const: def(lit(y.imm)); break;
+    case Prim::Input:
+        def(fmt::format("{} - {} - k >= 0 ? (double)in{}[((long long){} - k) * ld_in{}] : FJ_NAN", row(u), y.lag, y.slot, u - y.lag,
+                        y.slot));
+        break;
+    case Prim::RowInPass: def(fmt::format("{} - {} - k >= row_begin", row(u), y.lag)); break;
+    case Prim::RingRead: {
+        const RingInfo& ri = f_.rings[static_cast<std::size_t>(y.slot)];
+        if (ri.in_regs) {  // constant indices only (the ring stays in registers)
+            std::string e = ring_at(y.slot, y.lag + r.rows - 1);
+            for (int q = r.rows - 2; q >= 0; --q) e = fmt::format("k == {} ? {} : {}", q, ring_at(y.slot, y.lag + q), e);
+            def(e);
+        } else {
+            def(fmt::format("r{0}[rp{0} >= {1} + k ? rp{0} - ({1} + k) : rp{0} + {2} - ({1} + k)]", y.slot, y.lag, ri.size));
+        }
+        break;
+    }
+    case Prim::Outer: def(main_value(y.a)); break;
+    case Prim::Fold: def(fmt::format("{}{}", y.imm != 0 ? "fc" : "fs", y.slot)); break;
+    case Prim::Add: def(fmt::format("{} + {}", w(y.a), w(y.b))); break;
+    case Prim::Sub: def(fmt::format("{} - {}", w(y.a), w(y.b))); break;
+    case Prim::Mul: def(fmt::format("{} * {}", w(y.a), w(y.b))); break;
+    case Prim::Div: def(fmt::format("{} / {}", w(y.a), w(y.b))); break;
+    case Prim::Neg: def(fmt::format("-{}", w(y.a))); break;
+    case Prim::Abs: def(fmt::format("fabs({})", w(y.a))); break;
+    case Prim::Sqrt: def(fmt::format("sqrt({})", w(y.a))); break;
+    case Prim::Exp: def(fmt::format("exp({})", w(y.a))); break;
+    case Prim::Log: def(fmt::format("log({})", w(y.a))); break;
+    case Prim::Pow: def(fmt::format("pow({}, {})", w(y.a), w(y.b))); break;
+    case Prim::Floor: def(fmt::format("floor({})", w(y.a))); break;
+    case Prim::Recip: def(fmt::format("__drcp_rn({})", w(y.a))); break;
+    case Prim::RSqrt: def(fmt::format("rsqrt({})", w(y.a))); break;
+    case Prim::Fma: def(fmt::format("fma({}, {}, {})", w(y.a), w(y.b), w(y.c))); break;
+    case Prim::Min: def(fmt::format("fmin({}, {})", w(y.a), w(y.b))); break;
+    case Prim::Max: def(fmt::format("fmax({}, {})", w(y.a), w(y.b))); break;
+    case Prim::CmpLT: def(fmt::format("{} < {}", w(y.a), w(y.b))); break;
+    case Prim::CmpLE: def(fmt::format("{} <= {}", w(y.a), w(y.b))); break;
+    case Prim::CmpGT: def(fmt::format("{} > {}", w(y.a), w(y.b))); break;
+    case Prim::CmpGE: def(fmt::format("{} >= {}", w(y.a), w(y.b))); break;
+    case Prim::CmpEQ: def(fmt::format("{} == {}", w(y.a), w(y.b))); break;
+    case Prim::CmpONE: def(fmt::format("{0} < {1} || {0} > {1}", w(y.a), w(y.b))); break;
+    case Prim::CmpUNE: def(fmt::format("!({} == {})", w(y.a), w(y.b))); break;
+    case Prim::IsNaN: def(fmt::format("{0} != {0}", w(y.a))); break;
+    case Prim::And: def(fmt::format("{} && {}", w(y.a), w(y.b))); break;
+    case Prim::Or: def(fmt::format("{} || {}", w(y.a), w(y.b))); break;
+    case Prim::Not: def(fmt::format("!{}", w(y.a))); break;
+    case Prim::Select: def(fmt::format("{} ? {} : {}", w(y.a), w(y.b), w(y.c))); break;
+    case Prim::BoolToF64: def(fmt::format("{} ? 1.0 : 0.0", w(y.a))); break;
+    default:
+        throw BackendError(fmt::format("CUDA emitter: kernel {}: refold instruction {} ({}) cannot be in a refold", k_.name, j,
+                                       ir::prim_name(y.op)));
+    }
 }
 
 // An output of batch row u (stored only from out_begin on in the pass's first rows). Holding a
@@ -116,6 +269,12 @@ void InstructionPrinter::inst(int ind, int u, std::size_t i, const RowMode& m) {
     if (m.echo == EchoRows::Ring)
         for (std::size_t e = 0; e < echo_.size(); ++e)
             if (static_cast<std::size_t>(echo_[e].later) == i) return def(fmt::format("ve{}", e));
+    if (x.op == Prim::Refold) return refold(ind, u, i, m);
+    if (x.op == Prim::RefoldValue) {  // (its Refold declared rv<i>)
+        if (x.a < f_.refold_at[static_cast<std::size_t>(x.slot)]) return def(fmt::format("rv{}", i));
+        return def(fmt::format("v{} ? rv{} : {}", k_.body[static_cast<std::size_t>(f_.refold_at[static_cast<std::size_t>(x.slot)])].a,
+                               i, main_value(x.a)));
+    }
     if (f_.int_value[i]) return int_inst(ind, u, i, m);
     if (x.op == Prim::StoreState && f_.int_state[x.slot]) {
         if (f_.counter_select[static_cast<std::size_t>(x.slot)] < 0) line(ind, "s{} = iv{};", x.slot, x.a);
@@ -247,6 +406,8 @@ void InstructionPrinter::inst(int ind, int u, std::size_t i, const RowMode& m) {
     case Prim::Not: def(fmt::format("!{}", v(x.a))); break;
     case Prim::Select: def(fmt::format("{} ? {} : {}", v(x.a), v(x.b), v(x.c))); break;
     case Prim::BoolToF64: def(fmt::format("{} ? 1.0 : 0.0", v(x.a))); break;
+    case Prim::Refold: case Prim::RefoldValue: break;  // (above)
+    case Prim::Outer: case Prim::Fold: bad_ir(k_, i, "a refold's instruction in the main body");
     }
 }
 

@@ -19,9 +19,13 @@ namespace fj::codegen::detail {
 // Echo rings (CudaEmitOptions::echo_rings, the column scan's echo plan): ring k keeps body[earlier] of the last
 // `lag` rows at doubles [offset, offset + lag) of this thread's shared memory, row r at slot (r - row_begin)
 // % lag; the batched loops read body[later] from there.
+// A ring whose earlier value a refold refreshes (kernel_ir.hpp's Refresh) takes its row's value just before
+// the first such Refold instruction (`store_at`) instead of after the row, so that the refold's block can
+// overwrite it, and the entries of the rows before it, with the recomputed values.
 struct EchoRing {
     std::int32_t later, earlier;
     int lag, offset;
+    std::int32_t store_at = -1;
 };
 
 // Rows being printed: no ring, rows that store their earlier values (a pass's first rows, one slot
@@ -41,6 +45,7 @@ struct RowMode {
     bool presets = false;
     EchoRows echo = EchoRows::None;
     const QuietRows* quiet = nullptr;  // a quiet batch's rows: the values known there
+    const std::vector<bool>* live = nullptr;  // the instructions emitted for these rows (null: the facts' live)
 };
 
 class InstructionPrinter {
@@ -72,6 +77,10 @@ private:
     template <class... A>
     void line(int indent, fmt::format_string<A...> f, A&&... a) { out_.line(indent, f, std::forward<A>(a)...); }
     std::string rounded(std::int32_t o, int u) const;
+    std::string main_value(std::int32_t o) const;
+    std::string echo_store(const EchoRing& e, int u, const RowMode& m) const;
+    void refold(int ind, int u, std::size_t i, const RowMode& m);
+    void refold_inst(int ind, int u, const ir::Refold& r, std::size_t j);
     void store_output(int ind, int u, int slot, const std::string& value, const RowMode& m);
     bool masked_shift(std::size_t i, int u, int ind);
     void int_inst(int ind, int u, std::size_t i, const RowMode& m);

@@ -18,6 +18,13 @@ void bad_ir(const ir::Kernel& k, std::size_t i, const std::string& what) {
 KernelFacts::KernelFacts(const ir::Kernel& k, const CudaEmitOptions& o) : kernel(k), options(o) {
     // What is wrong with the IR itself (operands, slots, rings, lags, echoes): kernel_ir.hpp's verifier.
     ir::verify(kernel);
+    refold_at.assign(kernel.refolds.size(), -1);
+    refold_values.assign(kernel.refolds.size(), {});
+    for (std::size_t i = 0; i < kernel.body.size(); ++i) {
+        const Inst& x = kernel.body[i];
+        if (x.op == Prim::Refold) refold_at[static_cast<std::size_t>(x.slot)] = static_cast<std::int32_t>(i);
+        if (x.op == Prim::RefoldValue) refold_values[static_cast<std::size_t>(x.slot)].push_back(static_cast<std::int32_t>(i));
+    }
     batch_rows = std::clamp(options.unroll, 1, 16);
     rings.resize(kernel.rings.size());
     for (std::size_t r = 0; r < kernel.rings.size(); ++r) rings[r].size = kernel.rings[r].size;
@@ -58,9 +65,7 @@ void KernelFacts::pass_only_lags() {
     const std::size_t n = kernel.body.size();
     std::vector<std::vector<std::size_t>> users(n);
     for (std::size_t i = 0; i < n; ++i)
-        if (live[i])
-            for (std::int32_t o : {kernel.body[i].a, kernel.body[i].b, kernel.body[i].c})
-                if (o >= 0) users[static_cast<std::size_t>(o)].push_back(i);
+        if (live[i]) for_operands(i, [&](std::int32_t o) { users[static_cast<std::size_t>(o)].push_back(i); });
     // L -> the values whose content no effect reads while RowInPass(L) is false (the same for every
     // load at lag L), found from the last instruction up.
     std::map<int, std::vector<bool>> unread_by_lag;
@@ -118,8 +123,7 @@ bool KernelFacts::operand_closure(std::vector<bool>& need, const std::function<R
         const Reach r = reach(i);
         if (r == Reach::Fail) return false;
         if (r == Reach::Leaf) continue;
-        for (std::int32_t o : {kernel.body[i].a, kernel.body[i].b, kernel.body[i].c})
-            if (o >= 0) need[static_cast<std::size_t>(o)] = true;
+        for_operands(i, [&](std::int32_t o) { need[static_cast<std::size_t>(o)] = true; });
     }
     return true;
 }
@@ -134,12 +138,8 @@ void KernelFacts::narrow_values() {
     narrow.assign(n, false);
     if (options.dtype != DType::F32) return;
     std::vector<std::vector<std::size_t>> uses(n);
-    for (std::size_t i = 0; i < n; ++i) {
-        if (!live[i]) continue;
-        const Inst& x = kernel.body[i];
-        for (std::int32_t o : {x.a, x.b, x.c})
-            if (o >= 0) uses[static_cast<std::size_t>(o)].push_back(i);
-    }
+    for (std::size_t i = 0; i < n; ++i)
+        if (live[i]) for_operands(i, [&](std::int32_t o) { uses[static_cast<std::size_t>(o)].push_back(i); });
     for (std::size_t i = n; i-- > 0;) {
         const Inst& x = kernel.body[i];
         if (!live[i] || int_value[i] || fmat[i] || x.type != Type::F64) continue;
@@ -155,10 +155,16 @@ void KernelFacts::narrow_values() {
         if (narrow[i]) fmat[i] = true;
 }
 
-// A state with init NaN whose one store is `isnan(s) && c ? x : s`.
+// A state with init NaN whose one store is `isnan(s) && c ? x : s`, or RefoldValue(r, e, that select) where
+// refold r's export e is `c ? x : s` (the main body's value, computed before the Refold) with a test c that
+// no NaN x passes (an ordered comparison reading x): then the state, once a number, stays one, and a
+// refold only moves it to the row's valid value. Its Refold's block stores the export (sticky_refold);
+// that is right only where no instruction after the Refold reads the state or its select (the store's
+// RefoldValue aside), which is checked.
 void KernelFacts::sticky_states() {
     const std::size_t n = kernel.body.size();
     sticky_state.assign(kernel.states.size(), false);
+    sticky_refold.assign(kernel.states.size(), -1);
     sticky_of.assign(n, -1);
     std::vector<int> stores(kernel.states.size(), 0);
     for (const Inst& x : kernel.body)
@@ -171,7 +177,12 @@ void KernelFacts::sticky_states() {
         if (x.op != Prim::StoreState || stores[x.slot] != 1 || !std::isnan(kernel.states[x.slot].init)) continue;
         if (int_state[x.slot]) continue;
         const int st = x.slot;
-        const Inst& sel = kernel.body[x.a];
+        std::int32_t select = x.a, through = -1;
+        if (kernel.body[static_cast<std::size_t>(select)].op == Prim::RefoldValue) {
+            through = select;
+            select = kernel.body[static_cast<std::size_t>(select)].a;
+        }
+        const Inst& sel = kernel.body[select];
         if (sel.op != Prim::Select || !load_of(sel.c, st)) continue;
         const Inst& c = kernel.body[sel.a];
         if (c.op != Prim::And) continue;
@@ -179,13 +190,80 @@ void KernelFacts::sticky_states() {
         for (std::int32_t o : {c.a, c.b})
             if (kernel.body[o].op == Prim::IsNaN && load_of(kernel.body[o].a, st)) test = o;
         if (test < 0) continue;
+        if (through >= 0 && (!kStickyThroughRefolds || !refold_keeps_sticky(through, select, test == c.a ? c.b : c.a, st))) continue;
         sticky_state[st] = true;
-        sticky_of[static_cast<std::size_t>(x.a)] = st;
+        sticky_refold[static_cast<std::size_t>(st)] = through;
+        sticky_of[static_cast<std::size_t>(select)] = st;
         sticky_of[static_cast<std::size_t>(test)] = st;
     }
     live_sticky.assign(kernel.states.size(), false);
     for (std::size_t i = 0; i < n; ++i)
         if (live[i] && kernel.body[i].op == Prim::Select && sticky_of[i] >= 0) live_sticky[sticky_of[i]] = true;
+}
+
+bool KernelFacts::refold_keeps_sticky(std::int32_t value, std::int32_t select, std::int32_t valid, int st) const {
+    const Inst& rv = kernel.body[static_cast<std::size_t>(value)];
+    const ir::Refold& r = kernel.refolds[static_cast<std::size_t>(rv.slot)];
+    const std::int32_t at = refold_at[static_cast<std::size_t>(rv.slot)];
+    const Inst& ex = r.body[static_cast<std::size_t>(r.exports[static_cast<std::size_t>(rv.lag)])];
+    const Inst& sel = kernel.body[static_cast<std::size_t>(select)];
+    auto is_state = [&](std::int32_t o) {
+        const Inst& y = kernel.body[static_cast<std::size_t>(o)];
+        return o == select || (y.op == Prim::LoadState && y.slot == st);
+    };
+    // The export: `valid ? x : s`, x the select's value and s a value that is a number wherever the state is
+    // (the state, its select, the last valid x: a state stored as `valid ? x : itself`, or such a select),
+    // as a main-body select read by an Outer, or as a select of Outers in the epilogue.
+    std::function<bool(std::int32_t, int)> kept = [&](std::int32_t o, int depth) {
+        if (o < 0 || depth > 4) return false;
+        if (is_state(o)) return true;
+        const Inst& y = kernel.body[static_cast<std::size_t>(o)];
+        if (y.op == Prim::Select) return y.a == valid && y.b == sel.b && kept(y.c, depth + 1);
+        if (y.op != Prim::LoadState) return false;
+        std::int32_t store = -1;  // the state's one store
+        for (std::size_t i = 0; i < kernel.body.size(); ++i)
+            if (kernel.body[i].op == Prim::StoreState && kernel.body[i].slot == y.slot) store = store < 0 ? static_cast<std::int32_t>(i) : -2;
+        if (store < 0) return false;
+        const Inst& v = kernel.body[static_cast<std::size_t>(kernel.body[static_cast<std::size_t>(store)].a)];
+        const Inst& back = kernel.body[static_cast<std::size_t>(v.c)];
+        return v.op == Prim::Select && v.a == valid && v.b == sel.b && back.op == Prim::LoadState && back.slot == y.slot;
+    };
+    bool ok = false;
+    if (ex.op == Prim::Outer) {
+        ok = kept(ex.a, 0);
+    } else if (ex.op == Prim::Select) {
+        auto outer = [&](std::int32_t o) {
+            const Inst& y = r.body[static_cast<std::size_t>(o)];
+            return o >= r.per_lag && y.op == Prim::Outer ? y.a : -1;
+        };
+        ok = outer(ex.a) == valid && outer(ex.b) == sel.b && kept(outer(ex.c), 0);
+    }
+    if (!ok) return false;
+    // No NaN x passes `valid`: an ordered comparison of x (or of its absolute value or negation), or an And
+    // with such an operand.
+    auto reads_x = [&](std::int32_t o) {
+        if (o == sel.b) return true;
+        const Inst& y = kernel.body[static_cast<std::size_t>(o)];
+        return (y.op == Prim::Abs || y.op == Prim::Neg) && y.a == sel.b;
+    };
+    std::function<bool(std::int32_t, int)> excludes_nan = [&](std::int32_t c, int depth) {
+        const Inst& v = kernel.body[static_cast<std::size_t>(c)];
+        if (v.op == Prim::And) return depth < 4 && (excludes_nan(v.a, depth + 1) || excludes_nan(v.b, depth + 1));
+        const bool ordered = v.op == Prim::CmpLT || v.op == Prim::CmpLE || v.op == Prim::CmpGT || v.op == Prim::CmpGE ||
+                             v.op == Prim::CmpEQ || v.op == Prim::CmpONE;
+        return ordered && (reads_x(v.a) || reads_x(v.b));
+    };
+    if (!excludes_nan(valid, 0)) return false;
+    // Nothing after the Refold reads the state (its loads, its select) but the store's RefoldValue.
+    for (std::size_t i = static_cast<std::size_t>(at) + 1; i < kernel.body.size(); ++i) {
+        const Inst& y = kernel.body[i];
+        if (static_cast<std::int32_t>(i) == value) continue;
+        if (y.op == Prim::LoadState && y.slot == st) return false;
+        bool reads = false;
+        for_operands(i, [&](std::int32_t o) { reads = reads || is_state(o); });
+        if (reads) return false;
+    }
+    return true;
 }
 
 // Run counters: int32 states whose one store is `c ? 0 : s + 1` (rows since a change, since an
@@ -224,9 +302,7 @@ void KernelFacts::run_counters() {
 std::vector<int> KernelFacts::use_counts() const {
     std::vector<int> uses(kernel.body.size(), 0);
     for (std::size_t i = 0; i < kernel.body.size(); ++i)
-        if (live[i])
-            for (std::int32_t o : {kernel.body[i].a, kernel.body[i].b, kernel.body[i].c})
-                if (o >= 0) ++uses[static_cast<std::size_t>(o)];
+        if (live[i]) for_operands(i, [&](std::int32_t o) { ++uses[static_cast<std::size_t>(o)]; });
     return uses;
 }
 
@@ -283,6 +359,13 @@ void KernelFacts::float_values() {
         case Prim::Abs: case Prim::Neg: return static_cast<bool>(e[x.a]);
         case Prim::Select: return e[x.b] && e[x.c];
         case Prim::LoadState: return static_cast<bool>(float_state[x.slot]);
+        case Prim::RefoldValue: {  // its fallback and the export: an Outer of a float32 number, or such a constant
+            const ir::Refold& r = kernel.refolds[static_cast<std::size_t>(x.slot)];
+            const Inst& y = r.body[static_cast<std::size_t>(r.exports[static_cast<std::size_t>(x.lag)])];
+            const bool ex = (y.op == Prim::Outer && y.type == Type::F64 && e[static_cast<std::size_t>(y.a)]) ||
+                            (y.op == Prim::Const && float_repr(y.imm));
+            return ex && e[x.a];
+        }
         default: return false;
         }
     };
@@ -374,8 +457,7 @@ void KernelFacts::integer_values() {
     for (std::size_t i = 0; i < n; ++i) {
         const Inst& x = kernel.body[i];
         bool r = x.op == Prim::LoadState;
-        for (std::int32_t o : {x.a, x.b, x.c})
-            if (o >= 0) r = r || depends_on_state[static_cast<std::size_t>(o)];
+        for_operands(i, [&](std::int32_t o) { r = r || depends_on_state[static_cast<std::size_t>(o)]; });
         depends_on_state[i] = r;
     }
     std::vector<double> state_bound(kernel.states.size(), -1);
@@ -480,8 +562,9 @@ void KernelFacts::integer_values() {
             if (x.op == Prim::Select && int_value[i]) continue;  // its condition is a Bool
             continue;
         }
-        for (std::int32_t o : {x.a, x.b, x.c})
-            if (o >= 0 && int_value[static_cast<std::size_t>(o)]) need_double[static_cast<std::size_t>(o)] = true;
+        for_operands(i, [&](std::int32_t o) {
+            if (int_value[static_cast<std::size_t>(o)]) need_double[static_cast<std::size_t>(o)] = true;
+        });
     }
 }
 

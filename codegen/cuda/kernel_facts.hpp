@@ -80,7 +80,34 @@ struct KernelFacts {
     std::vector<bool> depends_on_state;   // value depends on a state
     // (input, lag) -> whether every load of it is pass-only (see pass_only_lags()).
     std::map<std::pair<int, int>, bool> pass_only_lag;
+    // Refolds (kernel_ir.hpp): each refold's Refold instruction, and its RefoldValues in body order.
+    std::vector<std::int32_t> refold_at;
+    std::vector<std::vector<std::int32_t>> refold_values;
+    // Whether sticky_states() sees through a store's RefoldValue (off): corr w=20's batched kernel (float32,
+    // specialised) then keeps its two shifts as loop invariants that a refold moves, instead of testing,
+    // selecting and storing each on every row, but took 134 registers against 128 (more than 128: fewer
+    // than 512 threads per SM; tests/test_cuda_compile.cpp holds it to 128). Which is faster is for the GPU
+    // to say; both are right (the emulated refold tests pass either way).
+    static constexpr bool kStickyThroughRefolds = false;
+    // Sticky states whose one store goes through a RefoldValue of a refold that can only set them to a
+    // number (a row's valid value, or themselves): the RefoldValue, or -1. Where the batched loops (and the
+    // loop after presets) treat the state as set, its Refold's block stores the export into the state
+    // itself (and into its float32 copy sf<k>), and the store in the body is skipped as for other sticky
+    // states (see sticky_states()).
+    std::vector<std::int32_t> sticky_refold;
 
+    // Calls f(o) for each value instruction i reads: its operands a, b, c; for a RefoldValue also its refold's
+    // Refold instruction; for a Refold also the main-body values its refold's body reads (Outer).
+    template <class F>
+    void for_operands(std::size_t i, F&& f) const {
+        const Inst& x = kernel.body[i];
+        for (std::int32_t o : {x.a, x.b, x.c})
+            if (o >= 0) f(o);
+        if (x.op == Prim::RefoldValue) f(refold_at[static_cast<std::size_t>(x.slot)]);
+        if (x.op == Prim::Refold)
+            for (const Inst& y : kernel.refolds[static_cast<std::size_t>(x.slot)].body)
+                if (y.op == Prim::Outer) f(y.a);
+    }
     // Instructions an effect (state store, ring push, output) needs, through the operands of those needed,
     // except the operands of `given` ones (values that come from elsewhere; empty: none).
     std::vector<bool> live_from_effects(const std::vector<bool>& given) const;
@@ -112,6 +139,9 @@ private:
     void float_values();
     void narrow_values();
     void sticky_states();
+    // Whether RefoldValue `value` (a store's, of sticky state st with setting select `select` and condition
+    // `valid`) leaves the state sticky (see sticky_states()).
+    bool refold_keeps_sticky(std::int32_t value, std::int32_t select, std::int32_t valid, int st) const;
     void run_counters();
     void pass_only_lags();
 };

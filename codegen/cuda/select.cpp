@@ -79,9 +79,23 @@ KernelChoice select_kernel(const ir::Kernel& kernel, DType dtype, const PanelCla
     parse_arch(device.arch, &major, &minor);
     const bool wanted = s.window_scan == 1 || (s.window_scan == -1 && long_window_inputs(kernel) >= kWindowScanMinInputs);
     if (major * 10 + minor < kWindowScanMinArch || !panels.tensor_copies || !wanted) return c;
-    // One analysis of the kernel for both variants' layouts and the emission of whichever is chosen.
-    auto analysis = std::make_shared<const CudaKernelAnalysis>(kernel, eo);
-    c.analysis = analysis;
+    // Window and chained scans are NOT guarded by refolds yet: they are planned and emitted from the kernel
+    // as if no refold ever ran (ir::without_refolds), so that their code stays what it was before refolds
+    // existed; their running sums keep the accuracy they had then (docs/numerics.md says which shapes are
+    // guarded). Column scans run the kernel with its refolds.
+    std::shared_ptr<const ir::Kernel> scan_kernel;
+    std::shared_ptr<const CudaKernelAnalysis> analysis;
+    if (kernel.refolds.empty()) {
+        analysis = std::make_shared<const CudaKernelAnalysis>(kernel, eo);
+    } else {
+        scan_kernel = std::make_shared<const ir::Kernel>(ir::without_refolds(kernel));
+        // (the analysis refers to the stripped kernel: it keeps it alive, wherever the analysis goes)
+        analysis = std::shared_ptr<const CudaKernelAnalysis>(new CudaKernelAnalysis(*scan_kernel, eo),
+                                                             [keep = scan_kernel](const CudaKernelAnalysis* a) { delete a; });
+    }
+    // One analysis of the kernel for both variants' layouts and the emission of whichever is chosen (a column
+    // scan of a kernel with refolds is analysed again, with them, when emitted).
+    if (!scan_kernel) c.analysis = analysis;
     // A window scan needs its rings in one block's shared memory: a device that allows less per block than a
     // variant needs (kWindowScanMaxSharedBytes is sized for sm_90) gets the next variant, then the column scan.
     auto fits = [&](const WindowScanLayout& l) {
@@ -97,6 +111,8 @@ KernelChoice select_kernel(const ir::Kernel& kernel, DType dtype, const PanelCla
             c.shape = KernelShape::ChainedScan;
             c.options = std::move(chain);
             c.scan = std::move(l);
+            c.scan_kernel = scan_kernel;
+            c.analysis = analysis;
             return c;
         }
     }
@@ -104,6 +120,8 @@ KernelChoice select_kernel(const ir::Kernel& kernel, DType dtype, const PanelCla
         c.shape = KernelShape::WindowScan;
         c.options = std::move(scan);
         c.scan = std::move(l);
+        c.scan_kernel = scan_kernel;
+        c.analysis = analysis;
     }
     return c;
 }

@@ -79,10 +79,17 @@ struct KernelChoice {
     CudaEmitOptions options;  // what emit_cuda generates
     WindowScanLayout scan;    // window scans' launch needs (smem_bytes 0 for column scans)
     CudaSettings settings;    // the settings the choice was made with (specialised: their rows per batch)
+    // Window and chained scans do not run refolds yet (kernel_ir.hpp; docs/numerics.md says so): they are
+    // planned and emitted from the kernel as if no refold ever ran, ir::without_refolds(kernel), which this
+    // owns (null for column scans, which run the kernel given, refolds and all; and for kernels without refolds).
+    std::shared_ptr<const ir::Kernel> scan_kernel;
     // The emitter's analysis of the kernel, made once while choosing (specialised kernels), so that emitting
-    // the choice does not analyse the kernel again; it refers to the kernel, which must outlive it.
+    // the choice does not analyse the kernel again; it refers to the kernel (or to scan_kernel, which it then
+    // keeps alive itself), which must outlive it.
     std::shared_ptr<const CudaKernelAnalysis> analysis;
     bool fixed() const { return !options.strides.empty(); }
+    // The kernel the choice's code is generated from: scan_kernel where there is one, else `kernel`.
+    const ir::Kernel& kernel_for(const ir::Kernel& kernel) const { return scan_kernel ? *scan_kernel : kernel; }
 };
 
 // Whether panels of rows x cols run on kernels specialised on their leading dimensions.

@@ -70,6 +70,8 @@ WindowScanPlan plan_window_scan(const KernelFacts& f) {
     if (o_.dtype != DType::F32) return fail("float32 panels only (a float64 window would halve the columns per SM)");
     if (o_.strides.empty()) return fail("needs fixed leading dimensions");
     if (!k_.rings.empty()) return fail("the kernel keeps rings");
+    // (select_kernel and the kernel-only functions of emit.hpp give window scans ir::without_refolds(kernel))
+    if (!k_.refolds.empty()) return fail("the kernel has refolds, which window scans do not run yet");
     auto state_name = [&](int st) { return fmt::format("state s{} ({})", st, k_.states[static_cast<std::size_t>(st)].what); };
 
     std::vector<int> stores(k_.states.size(), 0), loads(k_.states.size(), 0);

@@ -252,7 +252,7 @@ CudaCompiled compile_cuda_kernel(const ir::Kernel& kernel, DType dtype, const st
     c.choice = choice;
     const auto t0 = std::chrono::steady_clock::now();
     c.source = choice.analysis ? codegen::emit_cuda(*choice.analysis, c.choice.options, &c.shape)
-                               : codegen::emit_cuda(kernel, c.choice.options, &c.shape);
+                               : codegen::emit_cuda(choice.kernel_for(kernel), c.choice.options, &c.shape);
     c.choice.analysis.reset();  // (it refers to `kernel`, which need not outlive the result)
     c.emit_ms = ms_since(t0);
     c.dump_path = dump_source(fmt::format("{}-{:016x}", c.function, fnv1a64(c.key.data(), c.key.size())), c.source);
