@@ -64,9 +64,10 @@ std::string InstructionPrinter::echo_store(const EchoRing& e, int u, const RowMo
 // that rows without a refold pay the test alone). Echo rings it refreshes take this row's value first, then
 // the recomputed values of the rows they keep; sticky states it moves (KernelFacts::sticky_refold) take
 // their export here where the rows treat them as set. A rare path: one loop over the rows, not unrolled.
-// (As a __noinline__ device function called from each row instead, corr's batched kernel compiled five times
-// faster but took 156 registers instead of 132: ptxas gives the callee registers of its own on top of the
-// caller's live ones; returning the exports through local memory and summing one sum at a time: 144.)
+// (As a __noinline__ device function called from each row instead, corr w=20's batched kernel compiled in
+// 1.5 s instead of 4-6 s, but took 156 registers against 134 inline at the time: ptxas gives the callee
+// registers of its own on top of the caller's live ones; with the exports returned through local memory and
+// one sum at a time, 144. An indirect call: 170.)
 void InstructionPrinter::refold(int ind, int u, std::size_t i, const RowMode& m) {
     const Inst& x = k_.body[i];
     if (m.window_scan) bad_ir(k_, i, "window scans do not run refolds (select_kernel plans them from the kernel without)");
@@ -124,14 +125,17 @@ void InstructionPrinter::refold(int ind, int u, std::size_t i, const RowMode& m)
     for (std::size_t j = static_cast<std::size_t>(rf.per_lag); j < rf.body.size(); ++j) refold_inst(in, u, rf, j);
     for (std::int32_t v : values) line(in, "rv{} = w{};", v, rf.exports[static_cast<std::size_t>(k_.body[static_cast<std::size_t>(v)].lag)]);
     for (const auto& [st, v] : sticky) {
-        // (A number wherever the state is one, KernelFacts::refold_keeps_sticky() checked; the test keeps a
-        // preset state (CudaEmitOptions::one_loop) on rows before the pass's first valid one, where the
-        // refold would have left it NaN.)
-        line(in, "if (rv{} == rv{}) {{  // the window's new shift", v, v);
-        line(in + 1, "s{} = {}rv{};", st, f_.float_state[static_cast<std::size_t>(st)] ? "(float)" : "", v);
+        // A number wherever the state is one (KernelFacts::refold_keeps_sticky()), as after the pass's first
+        // rows. A preset state (CudaEmitOptions::one_loop) is one before the row that sets it too, where the
+        // refold would leave it NaN: the test keeps it there. (The test in the batched loops took corr w=20
+        // from 128 to 134 registers.)
+        const int in2 = m.guarded ? in + 1 : in;
+        if (m.guarded) line(in, "if (rv{} == rv{}) {{  // the window's new shift", v, v);
+        else line(in, "// the window's new shift");
+        line(in2, "s{} = {}rv{};", st, f_.float_state[static_cast<std::size_t>(st)] ? "(float)" : "", v);
         if (!m.guarded && f_.live_sticky[static_cast<std::size_t>(st)] && f_.state_fexact[static_cast<std::size_t>(st)])
-            line(in + 1, "sf{} = (float)rv{};", st, v);
-        line(in, "}}");
+            line(in2, "sf{} = (float)rv{};", st, v);
+        if (m.guarded) line(in, "}}");
     }
     line(ind, "}}");
 }

@@ -83,12 +83,9 @@ struct KernelFacts {
     // Refolds (kernel_ir.hpp): each refold's Refold instruction, and its RefoldValues in body order.
     std::vector<std::int32_t> refold_at;
     std::vector<std::vector<std::int32_t>> refold_values;
-    // Whether sticky_states() sees through a store's RefoldValue (off): corr w=20's batched kernel (float32,
-    // specialised) then keeps its two shifts as loop invariants that a refold moves, instead of testing,
-    // selecting and storing each on every row, but took 134 registers against 128 (more than 128: fewer
-    // than 512 threads per SM; tests/test_cuda_compile.cpp holds it to 128). Which is faster is for the GPU
-    // to say; both are right (the emulated refold tests pass either way).
-    static constexpr bool kStickyThroughRefolds = false;
+    // Whether sticky_states() sees through a store's RefoldValue: the batched loops then keep a window's
+    // shift as a loop invariant that a refold moves, instead of testing, selecting and storing it on every row.
+    static constexpr bool kStickyThroughRefolds = true;
     // Sticky states whose one store goes through a RefoldValue of a refold that can only set them to a
     // number (a row's valid value, or themselves): the RefoldValue, or -1. Where the batched loops (and the
     // loop after presets) treat the state as set, its Refold's block stores the export into the state
