@@ -171,7 +171,8 @@ TEST_CASE("quiet rows: corr's full window, never reset, and its constant-window 
     using fj::codegen::QuietState;
     const fj::Expr A = fj::input("A"), B = fj::input("B");
     const fj::codegen::Plan plan = fj::codegen::make_plan({{"o", fj::corr(fj::window(A, 250), fj::window(B, 250))}}, fj::DType::F32);
-    const fj::ir::Kernel& k = plan.steps[0].kernel;
+    // As the window scans see it: without its refolds (whose guard adds a test of the finite run).
+    const fj::ir::Kernel k = fj::ir::without_refolds(plan.steps[0].kernel);
     std::vector<fj::codegen::RunCounter> counters;
     std::vector<fj::codegen::CountTest> tests;
     counters_of(k, &counters, &tests);
