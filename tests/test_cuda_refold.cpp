@@ -150,6 +150,10 @@ TEST_CASE("refolds on the GPU agree with the CPU backend on data with spikes, in
         MESSAGE("skipped: no CUDA backend: " << why);
         return;
     }
+    if (!fj::rt::cpu_backend()) {  // (the GPU machine's build has no LLVM: the spikes suite judges CUDA there)
+        MESSAGE("skipped: no CPU backend in this build to compare with");
+        return;
+    }
     const std::int64_t rows = 1200, cols = 256;
     const std::vector<fj::test::NamedExprs> progs = fj::test::refold_programs();
     struct Shape {
