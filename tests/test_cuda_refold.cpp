@@ -46,7 +46,10 @@ struct EnvScope {
 
 TEST_SUITE("cuda_compile") {
 
-TEST_CASE("column scans with refolds compile with NVRTC: window sums over 5, 20 and 250 rows, nested windows") {
+// (No shape runs refolds on CUDA yet, select.cpp says why: the kernels of these programs, which have them,
+// compile as their kernels without them; the column scan's refold code is compiled and run on the host by
+// tests/test_cuda_emulated.cpp.)
+TEST_CASE("kernels with refolds compile with NVRTC, without them: window sums over 5, 20 and 250 rows, nested windows") {
     std::string why;
     if (!cu::nvrtc(&why)) {
         MESSAGE("skipped: NVRTC unavailable: " << why);
@@ -85,16 +88,16 @@ TEST_CASE("column scans with refolds compile with NVRTC: window sums over 5, 20 
                 bool rings_in_registers = true;  // (longer rings are local arrays, refolds or not)
                 for (const fj::ir::Ring& r : kernels[i]->rings) rings_in_registers = rings_in_registers && r.size <= fj::codegen::CudaEmitOptions{}.reg_ring_max;
                 CHECK(c.choice.shape == fj::codegen::KernelShape::ColumnScan);
-                CHECK(c.source.find("// refold 0: the sums again from the window's") != std::string::npos);
+                CHECK(c.source.find("refold") == std::string::npos);
                 CHECK(c.registers > 0);
-                if (rings_in_registers) CHECK(c.stack_bytes == 0);  // (the refold reads them by constant index)
+                if (rings_in_registers) CHECK(c.stack_bytes == 0);
                 CHECK_MESSAGE(c.log.find("warning") == std::string::npos, c.log);
             }
         }
     }
 }
 
-TEST_CASE("window and chained scans are emitted from the kernel without refolds; column scans keep them") {
+TEST_CASE("every kernel shape is chosen and emitted from the kernel without refolds; the kernel-only column scan keeps them") {
     const fj::Expr A = fj::input("A"), B = fj::input("B");
     const fj::codegen::Plan plan =
         fj::codegen::make_plan({{"c", fj::corr(fj::window(A, 250), fj::window(B, 250))}}, fj::DType::F32);
@@ -119,12 +122,15 @@ TEST_CASE("window and chained scans are emitted from the kernel without refolds;
         CHECK(src == fj::codegen::emit_cuda(k, c.options));
         CHECK(src.find("refold") == std::string::npos);
     }
-    // Column scans: the kernel itself, refolds and all, and the cache key changes with the refolds.
+    // Column scans too; the kernel-only emission still emits the refolds (the emulated tests run it), and the
+    // cache key changes with the refolds.
     s.window_scan = 0;
     const fj::codegen::KernelChoice col = fj::codegen::select_kernel(k, fj::DType::F32, {lds, true}, {"sm_90", 0}, s);
     CHECK(col.shape == fj::codegen::KernelShape::ColumnScan);
-    CHECK(!col.scan_kernel);
-    CHECK(&col.kernel_for(k) == &k);
+    REQUIRE(col.scan_kernel);
+    CHECK(col.scan_kernel->refolds.empty());
+    CHECK(&col.kernel_for(k) == col.scan_kernel.get());
+    CHECK(fj::codegen::emit_cuda(col.kernel_for(k), col.options).find("refold") == std::string::npos);
     CHECK(fj::codegen::emit_cuda(k, col.options).find("// refold 0:") != std::string::npos);
     if (cu::nvrtc(nullptr)) {
         fj::ir::Kernel changed = k;
@@ -163,8 +169,9 @@ TEST_CASE("refolds on the GPU agree with the CPU backend on data with spikes, in
     };
     // (Batches of 4 rows in the specialised kernels: NVRTC's time; the emulated test covers other batches.)
     const std::vector<Shape> shapes = {
-        {"generic column scan", {{"FJ_CUDA_FIXED_LD", "0"}}, true},
-        {"specialised column scan", {{"FJ_CUDA_FIXED_LD", "1"}, {"FJ_CUDA_WINDOW_SCAN", "0"}, {"FJ_CUDA_UNROLL", "4"}}, true},
+        // (No shape runs refolds yet, select.cpp: every comparison is reported, none held.)
+        {"generic column scan", {{"FJ_CUDA_FIXED_LD", "0"}}, false},
+        {"specialised column scan", {{"FJ_CUDA_FIXED_LD", "1"}, {"FJ_CUDA_WINDOW_SCAN", "0"}, {"FJ_CUDA_UNROLL", "4"}}, false},
         {"window scan", {{"FJ_CUDA_FIXED_LD", "1"}, {"FJ_CUDA_WINDOW_SCAN", "1"}, {"FJ_CUDA_SCAN_CHAIN", "0"}}, false},
         {"chained window scan", {{"FJ_CUDA_FIXED_LD", "1"}, {"FJ_CUDA_WINDOW_SCAN", "1"}, {"FJ_CUDA_SCAN_CHAIN", "1"}}, false},
     };

@@ -687,6 +687,10 @@ std::string judge(const std::vector<double>& got, const Judged& o, const SpikeDa
 template <class T>
 void check_spikes(const SpikeData& d, const std::vector<Program>& progs, fj::CompileOptions base = {},
                   std::size_t max_variants = 1000) {
+    if (T::backend == fj::Backend::Cuda) {  // (codegen/cuda/select.cpp and docs/numerics.md say why)
+        MESSAGE("skipped: no CUDA kernel shape runs refolds yet; its sums are as before issue 25");
+        return;
+    }
     const fj::test::Inputs data_t = fj::test::as_dtype(d.inputs, T::dtype);
     std::vector<fj::Expr> roots;
     for (const Program& p : progs)
@@ -814,6 +818,10 @@ TEST_CASE_TEMPLATE_DEFINE("float32 level shifts need no exact_sums", T, spikes_n
     // for float32: a level change of 100x followed by a tiny move. With the sums rebuilt where they would
     // lose the digits, the default options meet the contract.
     if (!backend_available<T>()) return;
+    if (T::backend == fj::Backend::Cuda) {
+        MESSAGE("skipped: no CUDA kernel shape runs refolds yet");
+        return;
+    }
     const std::int64_t rows = 3, cols = 3;
     const fj::test::Inputs in = {
         {"A", {1e4, 110.0, 1e6 + 5.0, 100.0, 94.687117673667814, 1e6, 100.0001, 94.686946652936655, 1e6 + 1e-3}},

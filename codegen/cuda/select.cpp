@@ -56,6 +56,14 @@ int long_window_inputs(const ir::Kernel& kernel) {
 KernelChoice select_kernel(const ir::Kernel& kernel, DType dtype, const PanelClass& panels, const DeviceFacts& device,
                            const CudaSettings& settings) {
     KernelChoice c;
+    // No kernel shape runs refolds on CUDA yet: every choice is emitted from the kernel as if no refold ever
+    // ran (ir::without_refolds), the code of before refolds, whose running sums keep the accuracy they had
+    // then (docs/numerics.md). The column scan can emit refolds (codegen/cuda/instructions.cpp, tested by
+    // tests/test_cuda_emulated.cpp), but with a refold block per batch row the headline kernel took 128
+    // registers, a 242 KB cubin and 2.26 ms for G1 at 20,000 x 20,000 against 1.42 ms without (H200,
+    // bench/RESULTS.md): it waits for a structure with one refold site per kernel, as the CPU backend's.
+    if (!kernel.refolds.empty()) c.scan_kernel = std::make_shared<const ir::Kernel>(ir::without_refolds(kernel));
+    const ir::Kernel& k = c.kernel_for(kernel);
     const bool fixed = !panels.strides.empty();
     c.settings = fixed ? specialised_settings(settings) : settings;
     const CudaSettings& s = c.settings;
@@ -72,30 +80,23 @@ KernelChoice select_kernel(const ir::Kernel& kernel, DType dtype, const PanelCla
     eo.warm_only_rows = s.warm_rows;
     eo.echo_rings = s.echo;
     eo.quiet_batches = s.quiet;
-    eo.cache_hints = s.cache_hints >= 0 ? s.cache_hints == 1 : kernel.max_input_lag >= kCacheHintMinLag;
+    eo.cache_hints = s.cache_hints >= 0 ? s.cache_hints == 1 : k.max_input_lag >= kCacheHintMinLag;
     eo.window_scan_ahead = s.scan_ahead;  // (read by window scans only)
 
     int major = 0, minor = 0;
     parse_arch(device.arch, &major, &minor);
-    const bool wanted = s.window_scan == 1 || (s.window_scan == -1 && long_window_inputs(kernel) >= kWindowScanMinInputs);
+    const bool wanted = s.window_scan == 1 || (s.window_scan == -1 && long_window_inputs(k) >= kWindowScanMinInputs);
     if (major * 10 + minor < kWindowScanMinArch || !panels.tensor_copies || !wanted) return c;
-    // Window and chained scans are NOT guarded by refolds yet: they are planned and emitted from the kernel
-    // as if no refold ever ran (ir::without_refolds), so that their code stays what it was before refolds
-    // existed; their running sums keep the accuracy they had then (docs/numerics.md says which shapes are
-    // guarded). Column scans run the kernel with its refolds.
-    std::shared_ptr<const ir::Kernel> scan_kernel;
+    // One analysis of the kernel for both variants' layouts and the emission of whichever is chosen (it refers
+    // to the kernel it analysed: a stripped one is kept alive with it).
     std::shared_ptr<const CudaKernelAnalysis> analysis;
-    if (kernel.refolds.empty()) {
-        analysis = std::make_shared<const CudaKernelAnalysis>(kernel, eo);
+    if (!c.scan_kernel) {
+        analysis = std::make_shared<const CudaKernelAnalysis>(k, eo);
     } else {
-        scan_kernel = std::make_shared<const ir::Kernel>(ir::without_refolds(kernel));
-        // (the analysis refers to the stripped kernel: it keeps it alive, wherever the analysis goes)
-        analysis = std::shared_ptr<const CudaKernelAnalysis>(new CudaKernelAnalysis(*scan_kernel, eo),
-                                                             [keep = scan_kernel](const CudaKernelAnalysis* a) { delete a; });
+        analysis = std::shared_ptr<const CudaKernelAnalysis>(new CudaKernelAnalysis(k, eo),
+                                                             [keep = c.scan_kernel](const CudaKernelAnalysis* a) { delete a; });
     }
-    // One analysis of the kernel for both variants' layouts and the emission of whichever is chosen (a column
-    // scan of a kernel with refolds is analysed again, with them, when emitted).
-    if (!scan_kernel) c.analysis = analysis;
+    c.analysis = analysis;
     // A window scan needs its rings in one block's shared memory: a device that allows less per block than a
     // variant needs (kWindowScanMaxSharedBytes is sized for sm_90) gets the next variant, then the column scan.
     auto fits = [&](const WindowScanLayout& l) {
@@ -111,8 +112,6 @@ KernelChoice select_kernel(const ir::Kernel& kernel, DType dtype, const PanelCla
             c.shape = KernelShape::ChainedScan;
             c.options = std::move(chain);
             c.scan = std::move(l);
-            c.scan_kernel = scan_kernel;
-            c.analysis = analysis;
             return c;
         }
     }
@@ -120,8 +119,6 @@ KernelChoice select_kernel(const ir::Kernel& kernel, DType dtype, const PanelCla
         c.shape = KernelShape::WindowScan;
         c.options = std::move(scan);
         c.scan = std::move(l);
-        c.scan_kernel = scan_kernel;
-        c.analysis = analysis;
     }
     return c;
 }
