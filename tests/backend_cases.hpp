@@ -50,6 +50,27 @@ namespace fj::test {
 
 using NamedExprs = std::vector<std::pair<std::string, fj::Expr>>;
 
+// Three rows x three columns, each a level change followed by a tiny move: var(window(A, 2)) at the last row
+// is (x2 - x1)^2 / 2, however far the first row was. Column 0: 1e4, then 100 -> 100.0001 (var 5e-9);
+// column 1: a 1.6 % move, then a 2e-6 relative one; column 2: 1e6-level steps of 1e-3 (float64 only
+// distinguishes them; in float32 the window is constant and var exactly 0). For the numerics suite (with
+// exact sums) and the spikes suite (without).
+inline Inputs level_change_inputs() {
+    return {
+        {"A", {1e4, 110.0, 1e6 + 5.0, 100.0, 94.687117673667814, 1e6, 100.0001, 94.686946652936655, 1e6 + 1e-3}},
+        {"B", {1.0, 1.0, 1.0, 2.0, 2.5, 2.0, 3.0, 2.0, 3.0}},
+    };
+}
+inline NamedExprs level_change_program() {
+    const fj::Expr A = fj::input("A"), B = fj::input("B");
+    return {
+        {"var2", fj::var(fj::window(A, 2))},
+        {"std2", fj::std(fj::window(A, 2))},
+        {"corr2", fj::corr(fj::window(A, 2), fj::window(B, 2))},
+        {"cov2", fj::cov(fj::window(A, 2), fj::window(B, 2))},
+    };
+}
+
 struct Tolerance {
     double f64 = 1e-9;             // per element, times max(1, |ref|)
     double f32 = 1e-5;             // per element, times max(1, |ref|)

@@ -187,25 +187,13 @@ TEST_CASE_TEMPLATE_DEFINE("level shifts inside a column", T, num_level_shift) {
 TEST_CASE_TEMPLATE_APPLY(num_level_shift, fj::test::CpuTargets);
 
 TEST_CASE_TEMPLATE_DEFINE("a small spread far from where the window state started", T, num_small_spread) {
-    // Three-row columns, each a level change followed by a tiny move: var(window(A, 2)) at the last row is
-    // (x2 - x1)^2 / 2, however far the first row was. Column 0: 1e4, then 100 -> 100.0001 (var 5e-9);
-    // column 1: a 1.6 % move, then a 2e-6 relative one; column 2: 1e6-level steps of 1e-3 (float64 only
-    // distinguishes them; in float32 the window is constant and var exactly 0).
-    const std::int64_t rows = 3, cols = 3;
-    const fj::test::Inputs in = {
-        {"A", {1e4, 110.0, 1e6 + 5.0, 100.0, 94.687117673667814, 1e6, 100.0001, 94.686946652936655, 1e6 + 1e-3}},
-        {"B", {1.0, 1.0, 1.0, 2.0, 2.5, 2.0, 3.0, 2.0, 3.0}},
-    };
-    const NamedExprs prog = {
-        {"var2", fj::var(window(A, 2))},
-        {"std2", fj::std(window(A, 2))},
-        {"corr2", fj::corr(window(A, 2), window(B, 2))},
-        {"cov2", fj::cov(window(A, 2), window(B, 2))},
-    };
+    const std::int64_t rows = 3, cols = 3;  // (level_change_inputs(): what each column holds)
+    const fj::test::Inputs in = fj::test::level_change_inputs();
+    const NamedExprs prog = fj::test::level_change_program();
     CheckOptions check;
     check.label = "level change, then a tiny move";
-    // Float32 sums are exact only while a column stays within ~2^14 spreads of the tile's shift; a level
-    // change of 100x needs exact (double-double) sums, which float64 panels always use.
+    // With exact (double-double) sums, which float64 panels always use; the spikes suite runs the same case
+    // with the default float32 sums, which the refolds rebuild.
     fj::CompileOptions options = T::options();
     options.exact_sums = true;
     fj::test::check_against_reference(prog, in, rows, cols, T::dtype, options, check);

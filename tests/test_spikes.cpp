@@ -823,16 +823,8 @@ TEST_CASE_TEMPLATE_DEFINE("float32 level shifts need no exact_sums", T, spikes_n
         return;
     }
     const std::int64_t rows = 3, cols = 3;
-    const fj::test::Inputs in = {
-        {"A", {1e4, 110.0, 1e6 + 5.0, 100.0, 94.687117673667814, 1e6, 100.0001, 94.686946652936655, 1e6 + 1e-3}},
-        {"B", {1.0, 1.0, 1.0, 2.0, 2.5, 2.0, 3.0, 2.0, 3.0}},
-    };
-    const NamedExprs prog = {
-        {"var2", fj::var(window(A, 2))},
-        {"std2", fj::std(window(A, 2))},
-        {"corr2", fj::corr(window(A, 2), window(B, 2))},
-        {"cov2", fj::cov(window(A, 2), window(B, 2))},
-    };
+    const fj::test::Inputs in = fj::test::level_change_inputs();
+    const NamedExprs prog = fj::test::level_change_program();
     fj::test::CheckOptions check;
     check.label = "level change, then a tiny move";
     for (const Variant& v : variants<T>()) {
