@@ -97,10 +97,9 @@ private:
     }
 
     // The rows of one lane group run again with their refolds (group_rows()): a function of its own, called
-    // from the cold branch, so that the kernel's loop is compiled as if refolds did not exist. With the
-    // refolding copy inside the loop, corr w=20 took 56 ms against 44 ms without it, on rows where no guard
-    // fired (one thread, 20,000 x 1,000): LLVM compiled the hot rows worse around it.
-    // refolding_rows(args, group, first row, end row).
+    // from the cold branch, so that the kernel's loop holds one call instead of a copy of its rows with a lag
+    // loop per refold (corr w=20, one thread, 20,000 x 1,000: 49-52 ms against 49-61 ms with the copy inline;
+    // bench/RESULTS.md). refolding_rows(args, group, first row, end row).
     void emit_refolding_rows() {
         auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr_, i64_, i64_, i64_}, false);
         fn_ = llvm::Function::Create(fty, llvm::Function::InternalLinkage, k_.name + ".refolding_rows", mod_.get());
