@@ -379,7 +379,6 @@ public:
     }
     Dd running(int sum) const { return sums_[static_cast<std::size_t>(sum)].value; }
     std::size_t size() const { return sums_.size(); }
-    bool exact() const { return dd_.exact; }
     DdMath& dd() { return dd_; }
     // Stores each sum's new value: final(sum index, its running value) (the refolded one where a refold ran).
     template <class Final> void commit(Final final) {
