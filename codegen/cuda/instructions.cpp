@@ -8,6 +8,46 @@
 
 namespace fj::codegen::detail {
 
+namespace {
+// The CUDA expression of an arithmetic or logic primitive from its operands' texts, for the primitives
+// whose text depends on nothing else: one table for the main body and a refold's body. Empty for the others
+// (leaves, effects, refold primitives, and RSqrt, comparisons and IsNaN, which the main body prints with
+// knowledge of its values).
+std::string operand_expression(ir::Prim op, const std::string& a, const std::string& b, const std::string& c) {
+    switch (op) {
+    case Prim::Add: return fmt::format("{} + {}", a, b);
+    case Prim::Sub: return fmt::format("{} - {}", a, b);
+    case Prim::Mul: return fmt::format("{} * {}", a, b);
+    case Prim::Div: return fmt::format("{} / {}", a, b);
+    case Prim::Neg: return fmt::format("-{}", a);
+    case Prim::Abs: return fmt::format("fabs({})", a);
+    case Prim::Sqrt: return fmt::format("sqrt({})", a);
+    case Prim::Exp: return fmt::format("exp({})", a);
+    case Prim::Log: return fmt::format("log({})", a);
+    case Prim::Pow: return fmt::format("pow({}, {})", a, b);
+    case Prim::Floor: return fmt::format("floor({})", a);
+    // Correctly rounded 1/a without a division's extra steps.
+    case Prim::Recip: return fmt::format("__drcp_rn({})", a);
+    case Prim::Fma: return fmt::format("fma({}, {}, {})", a, b, c);  // kept by --fmad=false
+    case Prim::Min: return fmt::format("fmin({}, {})", a, b);  // one DMNMX
+    case Prim::Max: return fmt::format("fmax({}, {})", a, b);
+    case Prim::CmpLT: return fmt::format("{} < {}", a, b);
+    case Prim::CmpLE: return fmt::format("{} <= {}", a, b);
+    case Prim::CmpGT: return fmt::format("{} > {}", a, b);
+    case Prim::CmpGE: return fmt::format("{} >= {}", a, b);
+    case Prim::CmpEQ: return fmt::format("{} == {}", a, b);
+    case Prim::CmpONE: return fmt::format("{} < {} || {} > {}", a, b, a, b);
+    case Prim::CmpUNE: return fmt::format("!({} == {})", a, b);
+    case Prim::And: return fmt::format("{} && {}", a, b);
+    case Prim::Or: return fmt::format("{} || {}", a, b);
+    case Prim::Not: return fmt::format("!{}", a);
+    case Prim::Select: return fmt::format("{} ? {} : {}", a, b, c);
+    case Prim::BoolToF64: return fmt::format("{} ? 1.0 : 0.0", a);
+    default: return {};
+    }
+}
+}  // namespace
+
 std::string InstructionPrinter::float_exact(std::int32_t i, int u) const {
     if (o_.dtype != DType::F32) return "";
     const Inst& x = k_.body[static_cast<std::size_t>(i)];
@@ -49,6 +89,10 @@ std::string InstructionPrinter::rounded(std::int32_t o, int u) const {
 // A main-body value read by a refold (Outer) or a RefoldValue's fallback: every such value has its float64
 // form `v<o>` (KernelFacts::for_operands makes the refold a reader: no narrow-only values, integers' doubles).
 std::string InstructionPrinter::main_value(std::int32_t o) const { return fmt::format("v{}", o); }
+
+const char* InstructionPrinter::rsqrt_function() const {
+    return !f_.fast_rsqrt ? "rsqrt" : o_.rsqrt_refine ? "fj_rsqrt" : "fj_rsqrt0";
+}
 
 // Echo ring e takes row u's earlier value (the column scan's step() does it after the row, or before the
 // first Refold that refreshes the ring).
@@ -166,38 +210,18 @@ void InstructionPrinter::refold_inst(int ind, int u, const ir::Refold& r, std::s
     }
     case Prim::Outer: def(main_value(y.a)); break;
     case Prim::Fold: def(fmt::format("{}{}", y.imm != 0 ? "fc" : "fs", y.slot)); break;
-    case Prim::Add: def(fmt::format("{} + {}", w(y.a), w(y.b))); break;
-    case Prim::Sub: def(fmt::format("{} - {}", w(y.a), w(y.b))); break;
-    case Prim::Mul: def(fmt::format("{} * {}", w(y.a), w(y.b))); break;
-    case Prim::Div: def(fmt::format("{} / {}", w(y.a), w(y.b))); break;
-    case Prim::Neg: def(fmt::format("-{}", w(y.a))); break;
-    case Prim::Abs: def(fmt::format("fabs({})", w(y.a))); break;
-    case Prim::Sqrt: def(fmt::format("sqrt({})", w(y.a))); break;
-    case Prim::Exp: def(fmt::format("exp({})", w(y.a))); break;
-    case Prim::Log: def(fmt::format("log({})", w(y.a))); break;
-    case Prim::Pow: def(fmt::format("pow({}, {})", w(y.a), w(y.b))); break;
-    case Prim::Floor: def(fmt::format("floor({})", w(y.a))); break;
-    case Prim::Recip: def(fmt::format("__drcp_rn({})", w(y.a))); break;
-    case Prim::RSqrt: def(fmt::format("rsqrt({})", w(y.a))); break;
-    case Prim::Fma: def(fmt::format("fma({}, {}, {})", w(y.a), w(y.b), w(y.c))); break;
-    case Prim::Min: def(fmt::format("fmin({}, {})", w(y.a), w(y.b))); break;
-    case Prim::Max: def(fmt::format("fmax({}, {})", w(y.a), w(y.b))); break;
-    case Prim::CmpLT: def(fmt::format("{} < {}", w(y.a), w(y.b))); break;
-    case Prim::CmpLE: def(fmt::format("{} <= {}", w(y.a), w(y.b))); break;
-    case Prim::CmpGT: def(fmt::format("{} > {}", w(y.a), w(y.b))); break;
-    case Prim::CmpGE: def(fmt::format("{} >= {}", w(y.a), w(y.b))); break;
-    case Prim::CmpEQ: def(fmt::format("{} == {}", w(y.a), w(y.b))); break;
-    case Prim::CmpONE: def(fmt::format("{0} < {1} || {0} > {1}", w(y.a), w(y.b))); break;
-    case Prim::CmpUNE: def(fmt::format("!({} == {})", w(y.a), w(y.b))); break;
+    case Prim::RSqrt: def(fmt::format("{}({})", rsqrt_function(), w(y.a))); break;  // as the main body's
     case Prim::IsNaN: def(fmt::format("{0} != {0}", w(y.a))); break;
-    case Prim::And: def(fmt::format("{} && {}", w(y.a), w(y.b))); break;
-    case Prim::Or: def(fmt::format("{} || {}", w(y.a), w(y.b))); break;
-    case Prim::Not: def(fmt::format("!{}", w(y.a))); break;
-    case Prim::Select: def(fmt::format("{} ? {} : {}", w(y.a), w(y.b), w(y.c))); break;
-    case Prim::BoolToF64: def(fmt::format("{} ? 1.0 : 0.0", w(y.a))); break;
-    default:
+    default: {
+        auto name = [&](std::int32_t o) { return o < 0 ? std::string() : w(o); };
+        const std::string e = operand_expression(y.op, name(y.a), name(y.b), name(y.c));
+        if (!e.empty()) {
+            def(e);
+            break;
+        }
         throw BackendError(fmt::format("CUDA emitter: kernel {}: refold instruction {} ({}) cannot be in a refold", k_.name, j,
                                        ir::prim_name(y.op)));
+    }
     }
 }
 
@@ -349,25 +373,8 @@ void InstructionPrinter::inst(int ind, int u, std::size_t i, const RowMode& m) {
     case Prim::Output:
         store_output(ind, u, x.slot, fmt::format("({}){}", T_, v(x.a)), m);
         break;
-    case Prim::Add: def(fmt::format("{} + {}", v(x.a), v(x.b))); break;
-    case Prim::Sub: def(fmt::format("{} - {}", v(x.a), v(x.b))); break;
-    case Prim::Mul: def(fmt::format("{} * {}", v(x.a), v(x.b))); break;
-    case Prim::Div: def(fmt::format("{} / {}", v(x.a), v(x.b))); break;
-    case Prim::Neg: def(fmt::format("-{}", v(x.a))); break;
-    case Prim::Abs: def(fmt::format("fabs({})", v(x.a))); break;
-    case Prim::Sqrt: def(fmt::format("sqrt({})", v(x.a))); break;
-    case Prim::Exp: def(fmt::format("exp({})", v(x.a))); break;
-    case Prim::Log: def(fmt::format("log({})", v(x.a))); break;
-    case Prim::Pow: def(fmt::format("pow({}, {})", v(x.a), v(x.b))); break;
-    case Prim::Floor: def(fmt::format("floor({})", v(x.a))); break;
-    // Correctly rounded 1/a without a division's extra steps; rsqrt is within 1 ulp (CUDA math API).
-    case Prim::Recip: def(fmt::format("__drcp_rn({})", v(x.a))); break;
-    case Prim::RSqrt:
-        def(fmt::format("{}({})", !f_.fast_rsqrt ? "rsqrt" : o_.rsqrt_refine ? "fj_rsqrt" : "fj_rsqrt0", v(x.a)));
-        break;
-    case Prim::Fma: def(fmt::format("fma({}, {}, {})", v(x.a), v(x.b), v(x.c))); break;  // kept by --fmad=false
-    case Prim::Min: def(fmt::format("fmin({}, {})", v(x.a), v(x.b))); break;  // one DMNMX
-    case Prim::Max: def(fmt::format("fmax({}, {})", v(x.a), v(x.b))); break;
+    // rsqrt is within 1 ulp (CUDA math API); fj_rsqrt, an estimate and a Newton step (printing.cpp).
+    case Prim::RSqrt: def(fmt::format("{}({})", rsqrt_function(), v(x.a))); break;
     case Prim::CmpLT: case Prim::CmpLE: case Prim::CmpGT: case Prim::CmpGE: case Prim::CmpEQ:
     case Prim::CmpONE: case Prim::CmpUNE: {
         // Float32 panels: a comparison of values that are exactly float32 numbers (inputs, their
@@ -379,15 +386,7 @@ void InstructionPrinter::inst(int ind, int u, std::size_t i, const RowMode& m) {
             a = fa;
             b = fb;
         }
-        switch (x.op) {
-        case Prim::CmpLT: def(fmt::format("{} < {}", a, b)); break;
-        case Prim::CmpLE: def(fmt::format("{} <= {}", a, b)); break;
-        case Prim::CmpGT: def(fmt::format("{} > {}", a, b)); break;
-        case Prim::CmpGE: def(fmt::format("{} >= {}", a, b)); break;
-        case Prim::CmpEQ: def(fmt::format("{} == {}", a, b)); break;
-        case Prim::CmpONE: def(fmt::format("{} < {} || {} > {}", a, b, a, b)); break;
-        default: def(fmt::format("!({} == {})", a, b)); break;
-        }
+        def(operand_expression(x.op, a, b, {}));
         break;
     }
     case Prim::IsNaN:
@@ -405,13 +404,13 @@ void InstructionPrinter::inst(int ind, int u, std::size_t i, const RowMode& m) {
             def(fmt::format("((unsigned long long)__double_as_longlong({}) << 1) > 0xffe0000000000000ULL", v(x.a)));
         }
         break;
-    case Prim::And: def(fmt::format("{} && {}", v(x.a), v(x.b))); break;
-    case Prim::Or: def(fmt::format("{} || {}", v(x.a), v(x.b))); break;
-    case Prim::Not: def(fmt::format("!{}", v(x.a))); break;
-    case Prim::Select: def(fmt::format("{} ? {} : {}", v(x.a), v(x.b), v(x.c))); break;
-    case Prim::BoolToF64: def(fmt::format("{} ? 1.0 : 0.0", v(x.a))); break;
     case Prim::Refold: case Prim::RefoldValue: break;  // (above)
     case Prim::Outer: case Prim::Fold: bad_ir(k_, i, "a refold's instruction in the main body");
+    default: {
+        auto name = [&](std::int32_t o) { return o < 0 ? std::string() : v(o); };
+        def(operand_expression(x.op, name(x.a), name(x.b), name(x.c)));
+        break;
+    }
     }
 }
 

@@ -77,6 +77,7 @@ private:
     template <class... A>
     void line(int indent, fmt::format_string<A...> f, A&&... a) { out_.line(indent, f, std::forward<A>(a)...); }
     std::string rounded(std::int32_t o, int u) const;
+    const char* rsqrt_function() const;  // the reciprocal square root RSqrt prints as
     std::string main_value(std::int32_t o) const;
     std::string echo_store(const EchoRing& e, int u, const RowMode& m) const;
     void refold(int ind, int u, std::size_t i, const RowMode& m);
