@@ -655,6 +655,19 @@ private:
                 fail(t.pos, fmt::format("{}: window length must be >= 1, got {}", name, name.substr(3)));
             return make(Op::WMean, {input("volume")}, static_cast<int>(d));
         }
+        // IndClass.sector / .industry / .subindustry: the paper's industry classifications name the
+        // group-id panels `sector`, `industry` and `subindustry` (indneutralize's second argument), so
+        // one data set serves every alpha. Any other level is a typo more likely than a panel.
+        constexpr std::string_view kIndClass = "indclass.";
+        if (name.size() >= kIndClass.size() && lower(std::string_view(name).substr(0, kIndClass.size())) == kIndClass) {
+            const std::string level = lower(std::string_view(name).substr(kIndClass.size()));
+            if (level != "sector" && level != "industry" && level != "subindustry")
+                fail(t.pos, fmt::format("unknown industry classification '{}': IndClass.sector, IndClass.industry or "
+                                        "IndClass.subindustry (the group-id panels sector, industry and "
+                                        "subindustry); another group panel goes by its own name",
+                                        name));
+            return input(level);
+        }
         return guarded(t.pos, "input", "input", [&] { return input(name); });
     }
 

@@ -146,7 +146,7 @@ TEST_CASE("numbers and names") {
     CHECK_PARSES_TO(".5", fj::constant(0.5));
     CHECK_PARSES_TO("0.1", fj::constant(0.1));
     CHECK_PARSES_TO("close", in("close"));
-    CHECK_PARSES_TO("IndClass.industry", in("IndClass.industry"));
+    CHECK_PARSES_TO("IndClass.industry", in("industry"));  // the paper's group panels: see "the paper's spellings"
     CHECK_PARSES_TO("_x1.y_2", in("_x1.y_2"));
     // A minus directly before a number is a negative constant, as C++'s -1 * x.
     CHECK_PARSES_TO("-1", fj::constant(-1));
@@ -283,6 +283,74 @@ TEST_CASE("Alpha101 spellings") {
                     (in("close") - in("open")) / ((in("high") - in("low")) + 0.001));
     CHECK_PARSES_TO("((returns < 0) ? stddev(returns, 20) : close)",
                     fj::where(in("returns") < 0.0, fj::std(fj::window(in("returns"), 20)), in("close")));
+}
+
+TEST_CASE("Alpha101: the paper's spellings") {
+    const Expr x = in("x"), y = in("y");
+    // Function names in the paper's capitalisation (names are case-insensitive; inputs are not).
+    CHECK_PARSES_TO("Sum(x, 5)", fj::sum(fj::window(x, 5)));
+    CHECK_PARSES_TO("StdDev(x, 5)", fj::std(fj::window(x, 5)));
+    CHECK_PARSES_TO("Correlation(x, y, 5)", fj::corr(fj::window(x, 5), fj::window(y, 5)));
+    CHECK_PARSES_TO("Covariance(x, y, 5)", fj::cov(fj::window(x, 5), fj::window(y, 5)));
+    CHECK_PARSES_TO("Delta(x, 3) + Delay(x, 2)", fj::delta(x, 3) + fj::delay(x, 2));
+    CHECK_PARSES_TO("Log(x) * Sign(x) * Abs(x)", fj::log(x) * fj::sign(x) * fj::abs(x));
+    CHECK_PARSES_TO("Ts_Min(x, 5) - Ts_Max(x, 5)", fj::min(fj::window(x, 5)) - fj::max(fj::window(x, 5)));
+    CHECK_PARSES_TO("Min(x, 5)", fj::min(fj::window(x, 5)));
+    CHECK_PARSES_TO("Max(x, y)", fj::max(x, y));
+    CHECK_PARSES_TO("SIGNEDPOWER(x, y)", fj::signedpower(x, y));  // a panel exponent (#84)
+
+    // IndClass.sector / .industry / .subindustry name the group-id panels of those names.
+    CHECK_PARSES_TO("IndClass.sector", in("sector"));
+    CHECK_PARSES_TO("IndClass.industry + IndClass.subindustry", in("industry") + in("subindustry"));
+    CHECK_PARSES_TO("indclass.Industry", in("industry"));
+    CHECK_PARSES_TO("IndClassX.sector", in("IndClassX.sector"));  // not the prefix: an ordinary input
+    Failure f = parse_failure("x / IndClass.industy");
+    CHECK(f.message == "unknown industry classification 'IndClass.industy': IndClass.sector, IndClass.industry or "
+                       "IndClass.subindustry (the group-id panels sector, industry and subindustry); another group "
+                       "panel goes by its own name");
+    CHECK(f.column == 5);
+    CHECK(parse_failure("IndClass.").message.find("unknown industry classification 'IndClass.'") == 0);
+
+    // adv{d} for any d: ts_mean(volume, d), share volume.
+    CHECK_PARSES_TO("adv5 + adv81", fj::mean(fj::window(in("volume"), 5)) + fj::mean(fj::window(in("volume"), 81)));
+    CHECK_PARSES_TO("sum(adv20, 22.4101)", fj::sum(fj::window(fj::mean(fj::window(in("volume"), 20)), 22)));
+
+    // ^ is pow, also with a panel exponent; it binds tighter than * and unary minus, and the paper always
+    // brackets its operands: (a^b) * -1, (x^0.5) - vwap.
+    CHECK_PARSES_TO("((x * y)^0.5)", fj::pow(x * y, 0.5));
+    CHECK_PARSES_TO("(abs(x)^sign(y)) * -1", fj::pow(fj::abs(x), fj::sign(y)) * -1.0);
+    CHECK_PARSES_TO("x * y^2", x * fj::pow(y, 2.0));
+    CHECK_PARSES_TO("x^y * 2", fj::pow(x, y) * 2.0);
+    CHECK_PARSES_TO("-x^y", -fj::pow(x, y));
+    CHECK_PARSES_TO("(x^1)", fj::pow(x, 1.0));  // #33 writes ^1: kept as a pow node (pow(x, 1) = x for all x)
+
+    // Comparisons, || and ?: as the paper writes them (#21, #24): 1.0 / 0.0 values, nested conditions.
+    CHECK_PARSES_TO("(((1 < (x / y)) || ((x / y) == 1)) ? 1 : (-1 * 1))",
+                    fj::where((1.0 < x / y) || (x / y == 1.0), 1.0, fj::constant(-1) * 1.0));
+    CHECK_PARSES_TO("((x < 0) ? y : ((y < 0) ? x : (-1 * x)))",
+                    fj::where(x < 0.0, y, fj::where(y < 0.0, x, -1.0 * x)));
+    CHECK_PARSES_TO("((x < y) * -1)", (x < y) * -1.0);
+    CHECK_PARSES_TO("(0 - (1 * x))", 0.0 - 1.0 * x);
+
+    // The paper's fractional windows and lags floor; arithmetic on them too.
+    CHECK_PARSES_TO("correlation(x, y, 9.91009)", fj::corr(fj::window(x, 9), fj::window(y, 9)));
+    CHECK_PARSES_TO("delta(x, 1.06157)", fj::delta(x, 1));
+    CHECK_PARSES_TO("ts_min(x, 2.14593)", fj::min(fj::window(x, 2)));
+    CHECK_PARSES_TO("sum(x, 8.6911 * 2)", fj::sum(fj::window(x, 17)));
+    CHECK_PARSES_TO("(sum(x, 2) / 2.0)", fj::sum(fj::window(x, 2)) / 2.0);
+
+    // Operators the paper uses that the library lacks: "not supported yet", in the paper's spelling.
+    CHECK(parse_failure("Ts_ArgMax(x, 5)").message == "'Ts_ArgMax' is not supported yet");
+    CHECK(parse_failure("Ts_ArgMin(x, 5)").message == "'Ts_ArgMin' is not supported yet");
+    CHECK(parse_failure("Decay_linear(x, 5)").message == "'Decay_linear' is not supported yet");
+    CHECK(parse_failure("Product(x, 5)").message == "'Product' is not supported yet");
+
+    // Bad input in the paper's style.
+    CHECK(parse_failure("(x^)").message == "expected an expression after '^', got ')'");
+    CHECK(parse_failure("x ? y").message == "unexpected end of formula: missing ':' for the '?' at line 1, column 3");
+    CHECK(parse_failure("x | y").message == "unexpected character '|'; did you mean '||'?");
+    CHECK(parse_failure("x = y").message == "unexpected character '='; did you mean '=='?");
+    CHECK(parse_failure("Correlation(x, y, 0.5)").message == "Correlation: window length must be >= 1, got 0");
 }
 
 TEST_CASE("precedence and associativity") {
