@@ -102,6 +102,7 @@ int cmd_compile(const std::vector<std::string>& argv) {
 
     const std::vector<std::pair<std::string, fj::Expr>> named = numbered_outputs(texts, parse_options);
     const fj::codegen::Plan plan = fj::codegen::make_plan(named, dtype);
+    fj::codegen::refuse_row_steps(plan, "CUDA");  // cross-sectional operators have no CUDA kernels yet
     std::vector<const fj::ir::Kernel*> kernels;
     for (const auto& r : plan.steps) kernels.push_back(&r.kernel);
 

@@ -17,6 +17,7 @@ commands:
   eval      evaluate factor expressions on .npy panels and write .npy results
   explain   print the steps, intermediates, halos, kernels and generated IR of expressions
   compile   generate and compile the CUDA kernels ahead of time
+  alpha101  compute the 101 Formulaic Alphas on a folder of .npy panels, as one program
 
 `factorjit <command> --help` describes a command's options.
 example:
@@ -46,7 +47,8 @@ int main(int argc, char** argv) {
         if (command == "eval") return cmd_eval(args);
         if (command == "explain") return cmd_explain(args);
         if (command == "compile") return cmd_compile(args);
-        return error("unknown command '" + command + "' (eval, explain or compile; see factorjit --help)");
+        if (command == "alpha101") return cmd_alpha101(args);
+        return error("unknown command '" + command + "' (eval, explain, compile or alpha101; see factorjit --help)");
     } catch (const fj::cli::UsageError& e) {
         return error(std::string(e.what()) + "\n(see 'factorjit " + e.command() + " --help')");
     } catch (const std::bad_alloc&) {

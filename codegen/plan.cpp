@@ -119,9 +119,18 @@ Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs, DType d
     plan.inputs.assign(inputs.begin(), inputs.end());
 
     // Materialised nodes, in the program's topological order; each an input node of a name of its own.
+    // Cross-sectional nodes always are (each is a row step), and so are their arguments that are not
+    // panels already: a time-series step computes them into an intermediate (a constant too: a row step
+    // reads panels only).
     std::set<const Node*> wanted;
     for (const Expr& e : options.materialize)
         if (e.valid() && op_info(e.op()).kind != OpKind::Leaf) wanted.insert(e.node());
+    for (const Node* n : program)
+        if (is_cross_section(n->op)) {
+            wanted.insert(n);
+            for (const Node* a : n->args)
+                if (a->op != Op::Input) wanted.insert(a);
+        }
     std::unordered_map<const Node*, const Node*> leaves;
     for (const Node* n : program) {
         if (!wanted.count(n)) continue;
@@ -168,13 +177,15 @@ Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs, DType d
     }
     for (Sink& k : sinks)
         if (k.cut < 0) k.level = level(k);
+    // A row sink (a cross-sectional node over its argument panels) is a step of its own: it fuses with nothing.
+    auto is_row = [&](std::size_t s) { return is_cross_section(sinks[s].expr->op); };
     // Sinks of one level that share any node, inputs included, fuse into one kernel: it reads each input
     // once and computes shared work once. Sinks that share nothing are steps of their own.
     std::vector<int> parent(sinks.size());
     std::iota(parent.begin(), parent.end(), 0);
     std::unordered_map<const Node*, int> first_sink_of_node;
     for (std::size_t s = 0; s < sinks.size(); ++s)
-        for (const Node* n : topo_order({sinks[s].expr})) {
+        for (const Node* n : is_row(s) ? std::vector<const Node*>{} : topo_order({sinks[s].expr})) {
             auto [it, fresh] = first_sink_of_node.emplace(n, static_cast<int>(s));
             if (!fresh && sinks[static_cast<std::size_t>(it->second)].level == sinks[s].level)
                 parent[static_cast<std::size_t>(find(parent, static_cast<int>(s)))] = find(parent, it->second);
@@ -191,6 +202,7 @@ Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs, DType d
     for (std::size_t st = 0; st < groups.size(); ++st) {
         const int group = groups[st];
         Step step;
+        step.kind = is_row(static_cast<std::size_t>(group)) ? StepKind::Row : StepKind::TimeSeries;
         // Kernel outputs: the program's outputs in the order given, then intermediates that are not outputs.
         for (std::size_t o = 0; o < roots.size(); ++o) {
             const int s = sink_of.at(roots[o]);
@@ -207,12 +219,18 @@ Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs, DType d
             step.roots.push_back(k.expr);
             step.kernel.outputs.push_back(m.name);
         }
-        std::set<std::string> reads;
-        for (const Node* n : topo_order(step.roots))
-            if (n->op == Op::Input) reads.insert(n->name);
-        step.kernel.inputs.assign(reads.begin(), reads.end());
-        step.kernel.name = kernel_name(step.roots, st) + (plan.exact_sums ? "_x" : "");
-        lower_region(step.roots, plan.exact_sums, plan.dtype, step.kernel);
+        if (step.kind == StepKind::Row) {
+            // The operator's argument panels, in argument order (x, then g).
+            for (const Node* a : step.roots.front()->args) step.kernel.inputs.push_back(a->name);
+            step.kernel.name = kernel_name(step.roots, st);
+        } else {
+            std::set<std::string> reads;
+            for (const Node* n : topo_order(step.roots))
+                if (n->op == Op::Input) reads.insert(n->name);
+            step.kernel.inputs.assign(reads.begin(), reads.end());
+            step.kernel.name = kernel_name(step.roots, st) + (plan.exact_sums ? "_x" : "");
+            lower_region(step.roots, plan.exact_sums, plan.dtype, step.kernel);
+        }
         step.chain_halo = step.kernel.halo;
         for (const std::string& in : step.kernel.inputs)
             if (auto it = intermediate_of.find(in); it != intermediate_of.end()) {
@@ -221,7 +239,7 @@ Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs, DType d
                                            step.kernel.halo + plan.steps[static_cast<std::size_t>(m.producer)].chain_halo);
                 m.last_reader = static_cast<int>(st);
             }
-        ir::verify(step.kernel);
+        if (step.kind == StepKind::TimeSeries) ir::verify(step.kernel);
         plan.halo = std::max(plan.halo, step.chain_halo);
         plan.steps.push_back(std::move(step));
     }
@@ -231,6 +249,38 @@ Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs, DType d
         if (t.output < 0) plan.steps[static_cast<std::size_t>(t.freed_after())].frees.push_back(static_cast<int>(m));
     }
     return plan;
+}
+
+int Plan::intermediates_alive(std::size_t step) const {
+    int n = 0;
+    for (const Intermediate& m : intermediates)
+        n += m.output < 0 && m.producer <= static_cast<int>(step) && static_cast<int>(step) <= m.freed_after();
+    return n;
+}
+
+int Plan::peak_intermediates() const {
+    int peak = 0;
+    for (std::size_t s = 0; s < steps.size(); ++s) peak = std::max(peak, intermediates_alive(s));
+    return peak;
+}
+
+std::int64_t Plan::peak_bytes(std::int64_t rows, std::int64_t cols, DType dtype) const {
+    const std::int64_t panels = static_cast<std::int64_t>(inputs.size() + outputs.size()) + peak_intermediates();
+    return panels * rows * cols * static_cast<std::int64_t>(dtype_size(dtype));
+}
+
+const Step* Plan::first_row_step() const {
+    for (const Step& s : steps)
+        if (s.kind == StepKind::Row) return &s;
+    return nullptr;
+}
+
+bool Plan::has_row_steps() const { return first_row_step() != nullptr; }
+
+void refuse_row_steps(const Plan& plan, std::string_view backend) {
+    if (const Step* s = plan.first_row_step())
+        throw BackendError(fmt::format("cross-sectional operator '{}' is not on the {} backend yet; use backend cpu",
+                                       op_name(s->row_op()->op), backend));
 }
 
 std::string explain(const Plan& plan) {
@@ -247,16 +297,31 @@ std::string explain(const Plan& plan) {
                                m.producer, m.last_reader >= 0 ? fmt::format("read until step {}", m.last_reader) : "never read",
                                fmt::format("freed after step {}", m.freed_after()));
     }
+    const std::size_t fixed = plan.inputs.size() + plan.outputs.size();
     for (std::size_t i = 0; i < plan.steps.size(); ++i) {
         const Step& s = plan.steps[i];
+        const int alive = plan.intermediates_alive(i);
+        const std::string panels = fmt::format("{} panel(s) alive ({} intermediate(s))", fixed + static_cast<std::size_t>(alive), alive);
+        if (s.kind == StepKind::Row) {
+            out += fmt::format("step {}: row ({} over whole rows, reads [{}]), no halo of its own ({} along its chain), {}\n",
+                               i, op_name(s.row_op()->op), fmt::join(s.kernel.inputs, ", "), s.chain_halo, panels);
+            for (std::size_t k = 0; k < s.roots.size(); ++k)
+                out += fmt::format("  {} = {}\n", s.kernel.outputs[k], Expr(s.roots[k]).str());
+            continue;
+        }
         out += fmt::format("step {}: time series, halo {} rows ({} along its chain), {} state(s), {} ring(s), "
-                           "{} instruction(s), {} sums\n",
+                           "{} instruction(s), {} sums, {}\n",
                            i, s.kernel.halo, s.chain_halo, s.kernel.states.size(), s.kernel.rings.size(),
-                           s.kernel.body.size(), plan.exact_sums ? "exact (double-double)" : "float64");
+                           s.kernel.body.size(), plan.exact_sums ? "exact (double-double)" : "float64", panels);
         for (std::size_t k = 0; k < s.roots.size(); ++k)
             out += fmt::format("  {} = {}\n", s.kernel.outputs[k], Expr(s.roots[k]).str());
         out += s.kernel.dump();
     }
+    out += fmt::format("memory: {} input and {} output panel(s), at most {} intermediate(s) alive at once: {} panel(s) "
+                       "of rows x cols ({:.1f} MB for 1,000 x 1,000 float32)\n",
+                       plan.inputs.size(), plan.outputs.size(), plan.peak_intermediates(),
+                       fixed + static_cast<std::size_t>(plan.peak_intermediates()),
+                       static_cast<double>(plan.peak_bytes(1000, 1000, DType::F32)) / 1e6);
     return out;
 }
 

@@ -1,21 +1,24 @@
 // The planner: a program's outputs -> an ordered list of steps -> kernel IR.
 //
-// A step computes some of the program's panels from others. Today every step is a time-series kernel:
-// element-wise operators, windows and delays fuse into it, and it reads each of its inputs once per row
-// and writes all the outputs it owns. Outputs that share no work and no input are separate steps (each
-// gets the kernel shape that suits it); subexpressions named in PlanOptions::materialize are computed by a
-// step of their own into an intermediate panel that later steps read as an input. Cross-sectional
-// operators (rank, zscore, group ops: the next issue) will be row steps between time-series steps, with
-// their results as intermediates in the same way (docs/architecture.md, "The plan").
+// A step computes some of the program's panels from others. A time-series step is one kernel: element-wise
+// operators, windows and delays fuse into it, and it reads each of its inputs once per row and writes all
+// the outputs it owns. Outputs that share no work and no input are separate steps (each gets the kernel
+// shape that suits it); subexpressions named in PlanOptions::materialize are computed by a step of their
+// own into an intermediate panel that later steps read as an input. A row step computes one
+// cross-sectional operator (rank, zscore, group ops), which needs whole rows: its arguments are panels
+// (program inputs, or intermediates that a time-series step computed), and its result is an intermediate
+// (or an output) that later steps read like any other (docs/architecture.md, "The plan").
 //
 // Intermediates have names of their own ("_fj_t0", ...), a producing step and a last reading step, after
 // which an executable frees them. They hold the panel's dtype, as outputs do. Halos add up along a chain:
 // a step's chain_halo is the rows before a row that its result needs of the program's inputs, its own
 // kernel's halo plus the largest chain_halo of the steps whose intermediates it reads; Plan::halo is the
-// largest over the steps, what a chunk of rows (a tile, a stream's chunk, a Dask block) must carry.
+// largest over the steps, what a chunk of rows (a tile, a stream's chunk, a Dask block) must carry. A row
+// step reads no earlier rows (its own halo is 0) but passes the chain halo of what it reads on.
 #pragma once
 
 #include <algorithm>
+#include <string_view>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,14 +29,24 @@
 
 namespace fj::codegen {
 
-enum class StepKind : std::uint8_t { TimeSeries };
+enum class StepKind : std::uint8_t {
+    TimeSeries,  // one kernel over rows in time order (tiles over time and column blocks)
+    Row,         // one cross-sectional operator, row by row over whole rows (no kernel IR)
+};
 
 struct Step {
     StepKind kind = StepKind::TimeSeries;
-    ir::Kernel kernel;               // kernel.inputs / kernel.outputs name panels of the plan
-    std::vector<const Node*> roots;  // the expression of each kernel output (intermediates it reads included)
+    // kernel.inputs / kernel.outputs name panels of the plan. A time-series step's kernel is the whole
+    // kernel. A row step's has only its name, its inputs (the operator's arguments in order: x, then g
+    // for the group operators; each a panel) and outputs (its one result, under every name it has); its
+    // body is empty and its halo 0.
+    ir::Kernel kernel;
+    std::vector<const Node*> roots;  // the expression of each kernel output (intermediates it reads included);
+                                     // a row step's: its operator over input nodes of its argument panels
     std::int32_t chain_halo = 0;     // see above
     std::vector<int> frees;          // intermediates (indices) nothing reads after this step
+    // Row steps: the cross-sectional node (Op::Rank, ... with the argument panels as input nodes).
+    const Node* row_op() const { return kind == StepKind::Row ? roots.front() : nullptr; }
 };
 
 // A panel between steps that the program does not return (or returns under an output's name: `output`).
@@ -62,7 +75,22 @@ struct Plan {
         int index = 0;
     };
     Slot slot_of(const std::string& panel) const;
+
+    // Panels alive at once, for memory: the program's inputs and outputs throughout, plus the
+    // intermediates (with memory of their own) alive during a step: from their producer through the last
+    // step that reads them.
+    int intermediates_alive(std::size_t step) const;
+    int peak_intermediates() const;  // the largest intermediates_alive over the steps
+    // Bytes of the panels alive at the peak for rows x cols panels of `dtype`: inputs + outputs + the peak
+    // intermediates (inputs and outputs counted dense, ld = cols).
+    std::int64_t peak_bytes(std::int64_t rows, std::int64_t cols, DType dtype) const;
+    bool has_row_steps() const;
+    const Step* first_row_step() const;
 };
+
+// Backends without row steps (CUDA today) refuse a plan that has them, with this message:
+// "cross-sectional operator 'rank' is not on the CUDA backend yet; use backend cpu". Throws BackendError.
+void refuse_row_steps(const Plan& plan, std::string_view backend);
 
 // How window sums are kept: exact (double-double) for float64 panels, or when asked for float32 too.
 enum class Sums : std::uint8_t { Auto, Exact };

@@ -194,6 +194,21 @@ Expr max(const Window& w) { return reduce(Op::WMax, w); }
 Expr corr(const Window& a, const Window& b) { return reduce_pair(Op::WCorr, a, b); }
 Expr cov(const Window& a, const Window& b) { return reduce_pair(Op::WCov, a, b); }
 
+Expr rank(const Expr& x) { return make(Op::Rank, {x}); }
+Expr zscore(const Expr& x) { return make(Op::ZScore, {x}); }
+Expr demean(const Expr& x) { return make(Op::Demean, {x}); }
+Expr scale(const Expr& x) { return make(Op::Scale, {x}); }
+Expr scale(const Expr& x, const Expr& a) {
+    require(a, Op::Scale, 1);
+    // The factor is applied after the row step, element-wise: one scale node whatever a is, and a may be
+    // any expression (a panel scales each cell by its own factor).
+    if (a.op() == Op::Const && a.node()->value == 1.0) return scale(x);
+    return scale(x) * a;
+}
+Expr group_neutralize(const Expr& x, const Expr& g) { return make(Op::GroupNeutralize, {x, g}); }
+Expr group_rank(const Expr& x, const Expr& g) { return make(Op::GroupRank, {x, g}); }
+Expr group_zscore(const Expr& x, const Expr& g) { return make(Op::GroupZScore, {x, g}); }
+
 std::vector<const Node*> topo_order(const std::vector<const Node*>& roots) {
     std::vector<const Node*> order;
     std::unordered_set<const Node*> seen;
@@ -248,6 +263,9 @@ std::string to_text(const Node* n) {
         if (n->op == Op::WCount) return fmt::format("count(window({}, {}))", arg(0), n->d);
         return fmt::format("{}({})", info.name, win(0));
     case OpKind::PairWindow: return fmt::format("{}({}, {})", info.name, win(0), win(1));
+    case OpKind::CrossSection:
+        if (info.arity == 1) return fmt::format("{}({})", info.name, arg(0));
+        return fmt::format("{}({}, {})", info.name, arg(0), arg(1));
     case OpKind::Elementwise:
         if (n->op == Op::Where) return fmt::format("({} ? {} : {})", arg(0), arg(1), arg(2));
         if (info.infix && info.arity == 1) return fmt::format("({}{})", info.infix, arg(0));

@@ -96,6 +96,18 @@ Expr max(const Window& w);
 Expr corr(const Window& a, const Window& b);
 Expr cov(const Window& a, const Window& b);
 
+// Cross-sectional: per row (one time), over the columns; NaN values are left out and stay NaN
+// (docs/operators.md, "Cross-sectional"). The group operators work within the columns of a row that share
+// a group id: g is a panel of ids (float values; NaN: no group, and the result is NaN there).
+Expr rank(const Expr& x);     // average-tie rank / valid count, in (0, 1]
+Expr zscore(const Expr& x);   // (x - row mean) / row std, ddof = 1
+Expr demean(const Expr& x);   // x - row mean
+Expr scale(const Expr& x);    // x / sum(abs(x)) over the row
+Expr scale(const Expr& x, const Expr& a);  // x * a / sum(abs(x)): scale(x) * a (scale(x) when a is 1)
+Expr group_neutralize(const Expr& x, const Expr& g);  // x - mean of x over its (row, group); Alpha101 indneutralize
+Expr group_rank(const Expr& x, const Expr& g);
+Expr group_zscore(const Expr& x, const Expr& g);
+
 // Generic builder used by the parser: checks arity and parameters against the op table.
 Expr make(Op op, std::vector<Expr> args, int d = 0, int min_periods = -1);
 

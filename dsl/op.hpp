@@ -4,6 +4,8 @@
 // parser take names from it, and codegen/lower_ops.cpp gives each one its lowering to kernel-IR
 // primitives (its state update included), from which every backend emits code. Adding an operator
 // means a row here, a builder in expr.hpp and a lowering in codegen: nothing else changes.
+// Cross-sectional operators are not lowered to kernel IR: the planner gives each a row step, and each
+// backend's row-step code defines what it computes over a row (runtime/cpu/row_ops.cpp).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,8 @@ enum class OpKind : std::uint8_t {
     Lag,          // delay(x, k): x at row t-k
     Window,       // reduction of window(x, d, min_periods)
     PairWindow,   // reduction of two windows of equal length (corr, cov)
+    CrossSection, // f(a whole row of x, over the columns), optionally within the groups of a second panel g
+                  // (group ids): rank, zscore, ...; the planner gives each one a row step of its own
 };
 
 #define FJ_OPS(X)                                                                  \
@@ -56,7 +60,14 @@ enum class OpKind : std::uint8_t {
     X(WMin,          "min",          Window,       1,    nullptr)                 \
     X(WMax,          "max",          Window,       1,    nullptr)                 \
     X(WCorr,         "corr",         PairWindow,   2,    nullptr)                 \
-    X(WCov,          "cov",          PairWindow,   2,    nullptr)
+    X(WCov,          "cov",          PairWindow,   2,    nullptr)                 \
+    X(Rank,          "rank",         CrossSection, 1,    nullptr)                 \
+    X(ZScore,        "zscore",       CrossSection, 1,    nullptr)                 \
+    X(Demean,        "demean",       CrossSection, 1,    nullptr)                 \
+    X(Scale,         "scale",        CrossSection, 1,    nullptr) /* a = 1 */     \
+    X(GroupNeutralize, "group_neutralize", CrossSection, 2, nullptr) /* (x, g) */ \
+    X(GroupRank,     "group_rank",   CrossSection, 2,    nullptr)                 \
+    X(GroupZScore,   "group_zscore", CrossSection, 2,    nullptr)
 
 enum class Op : std::uint8_t {
 #define FJ_OP_ENUM(e, name, kind, arity, infix) e,
@@ -78,6 +89,7 @@ struct OpInfo {
 
 const OpInfo& op_info(Op op);
 inline std::string_view op_name(Op op) { return op_info(op).name; }
+inline bool is_cross_section(Op op) { return op_info(op).kind == OpKind::CrossSection; }
 inline bool is_windowed(Op op) {
     const OpKind k = op_info(op).kind;
     return k == OpKind::Window || k == OpKind::PairWindow;

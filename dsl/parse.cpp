@@ -230,6 +230,7 @@ enum class Fn : std::uint8_t {
     MinMax,       // min(window(x, d)), min(x, d) with a number d, min(a, b) element-wise
     Lag,          // delay(x, k)
     Delta,        // delta(x, k)
+    CrossSection, // rank(x), scale(x[, a]), group_neutralize(x, g): arity from the op table
 };
 
 struct FnSpec {
@@ -265,14 +266,14 @@ constexpr FnSpec kOtherFns[] = {
     {"covariance", Fn::PairReducer, Op::WCov, false, true},
     {"delay", Fn::Lag, Op::Delay, false, false},
     {"delta", Fn::Delta, Op::Delay, false, false},
+    {"indneutralize", Fn::CrossSection, Op::GroupNeutralize, false, false},
 };
 
 // Operators of docs/operators.md and Alpha101 that the DSL does not have yet: a clear error, not "unknown".
 constexpr std::string_view kNotYet[] = {
-    "rank",     "ts_rank",      "scale",     "decay_linear", "indneutralize", "group_neutralize",
-    "group_rank", "group_zscore", "zscore",  "demean",       "ts_argmin",     "ts_argmax",
-    "argmin",   "argmax",       "product",   "ts_product",   "ema",           "skew",
-    "kurt",     "median",       "quantile",  "slope",        "rsquare",       "resid",
+    "ts_rank",  "decay_linear", "ts_argmin", "ts_argmax",    "argmin",        "argmax",
+    "product",  "ts_product",   "ema",       "skew",         "kurt",          "median",
+    "quantile", "slope",        "rsquare",   "resid",
 };
 
 constexpr std::string_view kReducerList = "sum, mean, count, var, std, min, max, corr, cov";
@@ -283,6 +284,7 @@ const std::vector<FnSpec>& functions() {
         for (int i = 0; i < kOpCount; ++i) {
             const OpInfo& info = op_info(static_cast<Op>(i));
             if (info.kind == OpKind::Elementwise && !info.infix) v.push_back({info.name, Fn::Elementwise, info.op, false, false});
+            if (info.kind == OpKind::CrossSection) v.push_back({info.name, Fn::CrossSection, info.op, false, false});
         }
         v.insert(v.end(), std::begin(kOtherFns), std::end(kOtherFns));
         return v;
@@ -820,6 +822,31 @@ private:
         fail(name.pos, fmt::format("unknown function '{}'{}", text(name), suggestions(lname)));
     }
 
+    // rank(x), zscore(x), demean(x), scale(x[, a]); group_neutralize / indneutralize, group_rank,
+    // group_zscore (x, g). The paper's group argument IndClass.industry is already the input `industry`
+    // (parse_name).
+    [[gnu::noinline]] Expr cross_section(const FnSpec& fn, std::size_t name_index, const std::vector<Arg>& args) {
+        const std::string sp(text(toks_[name_index]));
+        const std::size_t name_pos = toks_[name_index].pos;
+        const std::size_t n = args.size();
+        const bool grouped = op_info(fn.op).arity == 2;
+        for (const Arg& a : args)
+            if (a.win) window_not_allowed(a, sp);
+        if (fn.op == Op::Scale) {
+            if (n != 1 && n != 2)
+                fail(name_pos, fmt::format("{} takes 1 or 2 arguments, got {}: {}(x) or {}(x, a)", sp, n, sp, sp));
+            return guarded(name_pos, "scale", sp, [&] { return n == 1 ? scale(args[0].e) : scale(args[0].e, args[1].e); });
+        }
+        const std::size_t want = grouped ? 2 : 1;
+        if (n != want)
+            fail(name_pos, fmt::format("{} takes {}, got {}: {}", sp, grouped ? "2 arguments" : "1 argument", n,
+                                       grouped ? fmt::format("{}(x, g) with g a panel of group ids", sp)
+                                               : fmt::format("{}(x)", sp)));
+        std::vector<Expr> xs{args[0].e};
+        if (grouped) xs.push_back(args[1].e);
+        return guarded(name_pos, op_name(fn.op), sp, [&] { return make(fn.op, xs); });
+    }
+
     [[gnu::noinline]] Expr apply(const FnSpec& fn, std::size_t name_index, const std::vector<Arg>& args) {
         const std::string sp(text(toks_[name_index]));
         const std::size_t name_pos = toks_[name_index].pos;
@@ -847,6 +874,7 @@ private:
             for (const Arg& a : args) xs.push_back(plain(a));
             return guarded(name_pos, canonical, sp, [&] { return make(fn.op, xs); });
         }
+        case Fn::CrossSection: return cross_section(fn, name_index, args);
         case Fn::Lag:
         case Fn::Delta: {
             if (n != 2) arity("2 arguments", fmt::format("{}(x, k)", sp));

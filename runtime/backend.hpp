@@ -28,6 +28,9 @@ public:
     virtual const char* name() const = 0;
     virtual std::unique_ptr<Executable> prepare(const codegen::Plan& plan, DType dtype,
                                                 const CompileOptions& options) = 0;
+    // Whether prepare accepts plans with row steps (cross-sectional operators); fj::compile asks before
+    // choosing, so that Backend::Auto can take one that does.
+    virtual bool runs_row_steps() const { return false; }
 };
 
 // Backends known to this build. cpu_backend() is null when built without LLVM; cuda_backend() is null

@@ -106,6 +106,22 @@ Program compile(const std::vector<std::pair<std::string, Expr>>& outputs, const 
     impl->options = options;
     impl->plans[0] = std::make_unique<codegen::Plan>(codegen::make_plan(outputs, DType::F32, impl->plan_options()));
     impl->impl = choose_backend(options.backend, impl->backend);
+    // Cross-sectional operators run as row steps, which only some backends have (not CUDA yet): Auto takes
+    // the CPU for such a program, with a notice; a backend asked for by name refuses it here, at compile.
+    const codegen::Plan& plan = *impl->plans[0];
+    if (plan.has_row_steps() && !impl->impl->runs_row_steps()) {
+        rt::BackendImpl* cpu = rt::cpu_backend();
+        if (options.backend == Backend::Auto && cpu && cpu->runs_row_steps()) {
+            if (!std::getenv("FJ_QUIET"))
+                std::fprintf(stderr, "factorjit: cross-sectional operator '%s' is not on the %s backend yet; running "
+                                     "this program on the CPU\n",
+                             std::string(op_name(plan.first_row_step()->row_op()->op)).c_str(), impl->impl->name());
+            impl->impl = cpu;
+            impl->backend = Backend::Cpu;
+        } else {
+            codegen::refuse_row_steps(plan, impl->backend == Backend::Cuda ? "CUDA" : impl->impl->name());
+        }
+    }
     return Program(impl);
 }
 

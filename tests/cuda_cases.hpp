@@ -79,8 +79,9 @@ inline std::vector<std::string> ops_not_covered(const std::vector<std::pair<std:
     for (const auto& [name, e] : cases) roots.push_back(e.node());
     for (const fj::Node* n : fj::topo_order(roots)) seen[static_cast<int>(n->op)] = true;
     std::vector<std::string> missing;
+    // Cross-sectional operators are row steps, which have no CUDA kernels yet (the CUDA backend refuses them).
 #define FJ_CASE_CHECK(e, name, kind, arity, infix) \
-    if (!seen[static_cast<int>(fj::Op::e)]) missing.push_back(#e);
+    if (!seen[static_cast<int>(fj::Op::e)] && fj::OpKind::kind != fj::OpKind::CrossSection) missing.push_back(#e);
     FJ_OPS(FJ_CASE_CHECK)
 #undef FJ_CASE_CHECK
     return missing;

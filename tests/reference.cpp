@@ -163,6 +163,35 @@ private:
                 }
             return out;
         }
+        case fj::OpKind::CrossSection: {
+            const Values& x = memo_.at(n->args[0]);
+            const Values* g = info.arity > 1 ? &memo_.at(n->args[1]) : nullptr;
+            const fj::Op base = n->op == Op::GroupRank         ? Op::Rank
+                                : n->op == Op::GroupZScore     ? Op::ZScore
+                                : n->op == Op::GroupNeutralize ? Op::Demean
+                                                               : n->op;
+            std::vector<bool> done(static_cast<std::size_t>(cols_));
+            for (std::int64_t t = 0; t < rows_; ++t) {
+                std::fill(done.begin(), done.end(), false);
+                for (std::int64_t j = 0; j < cols_; ++j) {
+                    // Column j starts a group unless it is missing, has no group or joined an earlier one.
+                    if (done[static_cast<std::size_t>(j)] || std::isnan(x[at(t, j)])) continue;
+                    if (g && std::isnan((*g)[at(t, j)])) continue;
+                    std::vector<std::int64_t> members;
+                    Values values;
+                    for (std::int64_t k = j; k < cols_; ++k) {
+                        if (std::isnan(x[at(t, k)])) continue;
+                        if (g && !((*g)[at(t, k)] == (*g)[at(t, j)])) continue;
+                        members.push_back(k);
+                        values.push_back(x[at(t, k)]);
+                        done[static_cast<std::size_t>(k)] = true;
+                    }
+                    const Values r = cross_section_reduce(base, values);
+                    for (std::size_t i = 0; i < members.size(); ++i) out[at(t, members[i])] = r[i];
+                }
+            }
+            return out;
+        }
         }
         throw std::logic_error("reference: unknown operator kind");
     }
@@ -222,6 +251,46 @@ double pair_window_reduce(fj::Op op, const std::vector<double>& xs, const std::v
     default: break;
     }
     throw std::logic_error("reference: not a pair window operator: " + std::string(fj::op_name(op)));
+}
+
+std::vector<double> cross_section_reduce(fj::Op op, const std::vector<double>& v) {
+    using fj::Op;
+    const std::size_t n = v.size();
+    std::vector<double> out(n, kNaN);
+    if (n == 0) return out;
+    switch (op) {
+    case Op::Rank:
+        // Average-tie rank: the values below, plus the middle of the run of equal values (itself included).
+        for (std::size_t i = 0; i < n; ++i) {
+            std::size_t less = 0, equal = 0;
+            for (double u : v) {
+                less += u < v[i];
+                equal += u == v[i];
+            }
+            out[i] = (static_cast<double>(less) + (static_cast<double>(equal) + 1.0) / 2.0) / static_cast<double>(n);
+        }
+        return out;
+    case Op::Demean: {
+        if (all_equal(v)) return std::vector<double>(n, 0.0);  // exactly 0, whatever the mean's rounding
+        const long double m = mean_of(v);
+        for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<double>(v[i] - m);
+        return out;
+    }
+    case Op::ZScore: {
+        if (n < 2 || all_equal(v)) return out;  // ddof = 1; a constant group: 0 / 0
+        const long double m = mean_of(v), sd = std::sqrt(variance_of(v));
+        for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<double>((v[i] - m) / sd);
+        return out;
+    }
+    case Op::Scale: {
+        long double s = 0;
+        for (double x : v) s += std::fabs(x);
+        for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<double>(v[i] / s);
+        return out;
+    }
+    default: break;
+    }
+    throw std::logic_error("reference: not a cross-sectional operator: " + std::string(fj::op_name(op)));
 }
 
 std::vector<std::vector<double>> reference(const std::vector<fj::Expr>& exprs, const Inputs& inputs,

@@ -2,7 +2,9 @@
 //
 // It computes docs/operators.md's definitions directly: node by node over the whole panel (each node once,
 // memoized by node pointer), every window recomputed from scratch from the valid values of its rows
-// t-d+1..t, two-pass mean and variance, explicit equality tests for constant windows. Nothing here is
+// t-d+1..t, two-pass mean and variance, explicit equality tests for constant windows; cross-sectional
+// operators row by row, each group gathered by comparing every column's group id with every other's, ranks
+// by counting the smaller and equal values (no sort). Nothing here is
 // shared with the library, so a bug in the library's planner or kernels cannot hide in the reference.
 //
 // Window accumulations (sum, mean, var, cov, corr) use long double: the reference should be far more
@@ -36,5 +38,10 @@ std::vector<std::vector<double>> reference(const std::vector<fj::Expr>& exprs, c
 double window_reduce(fj::Op op, const std::vector<double>& values, int min_periods);
 // corr / cov over the rows where both are valid: xs[i] and ys[i] come from the same row.
 double pair_window_reduce(fj::Op op, const std::vector<double>& xs, const std::vector<double>& ys, int min_periods);
+
+// A cross-sectional operator over one group of a row: `values` are the group's valid (non-NaN) values,
+// in column order; returns the result for each (rank, zscore, demean or scale; the group operators are
+// these within each (row, group): Rank for GroupRank, ZScore for GroupZScore, Demean for GroupNeutralize).
+std::vector<double> cross_section_reduce(fj::Op op, const std::vector<double>& values);
 
 }  // namespace fj::test

@@ -353,6 +353,41 @@ TEST_CASE("Alpha101: the paper's spellings") {
     CHECK(parse_failure("Correlation(x, y, 0.5)").message == "Correlation: window length must be >= 1, got 0");
 }
 
+TEST_CASE("cross-sectional operators: names, Alpha101 spellings, errors") {
+    const Expr x = in("x"), y = in("y"), g = in("g");
+    CHECK_PARSES_TO("rank(x)", fj::rank(x));
+    CHECK_PARSES_TO("Rank(-1 * correlation(x, y, 10))", fj::rank(-1.0 * fj::corr(fj::window(x, 10), fj::window(y, 10))));
+    CHECK_PARSES_TO("zscore(x) + demean(y)", fj::zscore(x) + fj::demean(y));
+    CHECK_PARSES_TO("scale(x)", fj::scale(x));
+    CHECK_PARSES_TO("scale(x, 1)", fj::scale(x));
+    CHECK_PARSES_TO("scale(x, 3)", fj::scale(x) * 3.0);
+    CHECK_PARSES_TO("Scale(x, y)", fj::scale(x, y));
+    CHECK_PARSES_TO("ts_mean(rank(x), 5)", fj::mean(fj::window(fj::rank(x), 5)));
+    CHECK_PARSES_TO("group_neutralize(x, g)", fj::group_neutralize(x, g));
+    CHECK_PARSES_TO("indneutralize(x, g)", fj::group_neutralize(x, g));
+    CHECK_PARSES_TO("group_rank(x, g) - group_zscore(x, g)", fj::group_rank(x, g) - fj::group_zscore(x, g));
+    // The paper's spelling: IndClass.industry is the group-id panel `industry`.
+    CHECK_PARSES_TO("IndNeutralize(x, IndClass.industry)", fj::group_neutralize(x, in("industry")));
+    CHECK_PARSES_TO("indneutralize(x, IndClass.subindustry)", fj::group_neutralize(x, in("subindustry")));
+    CHECK_PARSES_TO("IndNeutralize(vwap, IndClass.sector)", fj::group_neutralize(in("vwap"), in("sector")));
+    CHECK_PARSES_TO("(rank(ts_max(x, 5)) - 0.5)", fj::rank(fj::max(fj::window(x, 5))) - 0.5);
+    // Round trips.
+    for (const Expr& e : {fj::rank(x), fj::scale(x, 2.0), fj::group_zscore(fj::delta(x, 1), g),
+                          fj::group_neutralize(fj::rank(x), in("industry"))})
+        CHECK(fj::parse(e.str()).same(e));
+
+    CHECK(parse_failure("rank(x, 5)").message == "rank takes 1 argument, got 2: rank(x)");
+    CHECK(parse_failure("group_rank(x)").message == "group_rank takes 2 arguments, got 1: group_rank(x, g) with g a "
+                                                    "panel of group ids");
+    CHECK(parse_failure("IndNeutralize(x)").message == "IndNeutralize takes 2 arguments, got 1: IndNeutralize(x, g) "
+                                                       "with g a panel of group ids");
+    CHECK(parse_failure("scale(x, 1, 2)").message == "scale takes 1 or 2 arguments, got 3: scale(x) or scale(x, a)");
+    const Failure w = parse_failure("rank(window(x, 5))");
+    CHECK(w.message == "window() is only valid as the argument of a window reducer (sum, mean, count, var, std, min, "
+                       "max, corr, cov), not of rank");
+    CHECK(w.column == 6);
+}
+
 TEST_CASE("precedence and associativity") {
     const Expr a = in("a"), b = in("b"), c = in("c"), d = in("d"), e = in("e");
     CHECK_PARSES_TO("a + b * c", a + b * c);
@@ -498,11 +533,11 @@ TEST_CASE("errors: format, line and column") {
     CHECK(f.caret_line == "         ^");
     CHECK(f.message == "unexpected character '$'");
 
-    f = parse_failure("ts_mean(close,\n        10)\n  + rank(volume)");
+    f = parse_failure("ts_mean(close,\n        10)\n  + ts_rank(volume, 5)");
     CHECK(f.line == 3);
     CHECK(f.column == 5);
-    CHECK(f.message == "'rank' is not supported yet");
-    CHECK(f.at_caret == "rank(volume)");
+    CHECK(f.message == "'ts_rank' is not supported yet");
+    CHECK(f.at_caret == "ts_rank(volume, 5)");
 
     f = parse_failure("# alpha\nsum(close, # window\n    x)");
     CHECK(f.line == 3);
@@ -608,12 +643,10 @@ TEST_CASE("errors: syntax") {
 }
 
 TEST_CASE("errors: calls and arguments") {
-    Failure f = parse_failure("rank(close)");
-    CHECK(f.message == "'rank' is not supported yet");
+    Failure f = parse_failure("ts_rank(close, 3)");
+    CHECK(f.message == "'ts_rank' is not supported yet");
     CHECK(parse_failure("1 + Ts_Rank(x, 5)").message == "'Ts_Rank' is not supported yet");
     CHECK(parse_failure("decay_linear(x, 5)").message == "'decay_linear' is not supported yet");
-    CHECK(parse_failure("scale(x)").message == "'scale' is not supported yet");
-    CHECK(parse_failure("IndNeutralize(x, IndClass.sector)").message == "'IndNeutralize' is not supported yet");
     CHECK(parse_failure("ts_argmax(x, 5)").message == "'ts_argmax' is not supported yet");
 
     f = parse_failure("1 + corrr(window(a, 5), window(b, 5))");

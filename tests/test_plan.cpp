@@ -112,6 +112,71 @@ TEST_CASE("a materialised node that is an output is read from the output; names 
     CHECK(p.steps[1].kernel.inputs == std::vector<std::string>{"_fj_t0", "_fj_t0_"});
 }
 
+TEST_CASE("row steps: a cross-sectional node is a step of its own between time-series steps") {
+    using fj::codegen::StepKind;
+    // rank(-1 * corr(A, B, 10)): the argument in a time-series step, the rank in a row step writing the output.
+    const Expr corr = -1 * fj::corr(fj::window(A, 10), fj::window(B, 10));
+    const Plan p = fj::codegen::make_plan({{"r", fj::rank(corr)}});
+    REQUIRE(p.steps.size() == 2);
+    CHECK(p.steps[0].kind == StepKind::TimeSeries);
+    CHECK(p.steps[1].kind == StepKind::Row);
+    CHECK(p.steps[1].row_op()->op == fj::Op::Rank);
+    CHECK(p.steps[0].row_op() == nullptr);
+    REQUIRE(p.intermediates.size() == 2);  // the argument, and the rank (which is the output)
+    CHECK(p.intermediates[0].producer == 0);
+    CHECK(p.intermediates[0].last_reader == 1);
+    CHECK(p.intermediates[1].output == 0);
+    CHECK(p.steps[1].kernel.inputs == std::vector<std::string>{p.intermediates[0].name});
+    CHECK(outputs_of(p, 1) == std::vector<std::string>{"r"});
+    CHECK(p.steps[1].kernel.halo == 0);
+    CHECK(p.steps[1].kernel.body.empty());
+    CHECK(p.steps[1].chain_halo == 9);  // no halo of its own, the chain's passes through
+    CHECK(p.halo == 9);
+    CHECK(p.has_row_steps());
+
+    // mean(rank(A), 5) + delta(B, 1): the rank reads A directly; the time-series step after it reads the
+    // rank's intermediate and B. rank(rank(A)) needs no time-series step at all.
+    const Plan q = fj::codegen::make_plan(
+        {{"m", fj::mean(fj::window(fj::rank(A), 5)) + fj::delta(B, 1)}, {"rr", fj::rank(fj::rank(A))}});
+    REQUIRE(q.steps.size() == 3);
+    CHECK(q.steps[0].kind == StepKind::Row);
+    CHECK(q.steps[0].kernel.inputs == std::vector<std::string>{"A"});
+    CHECK(q.steps[1].kind == StepKind::TimeSeries);  // level 1, the first output's
+    CHECK(q.steps[1].kernel.inputs == std::vector<std::string>{"B", q.steps[0].kernel.outputs[0]});
+    CHECK(q.steps[1].chain_halo == 4);
+    CHECK(q.steps[2].kind == StepKind::Row);
+    CHECK(q.steps[2].kernel.inputs == q.steps[0].kernel.outputs);
+    CHECK(outputs_of(q, 2) == std::vector<std::string>{"rr"});
+    CHECK(q.intermediates.size() == 2);
+    // The rank of A is alive from step 0 through its last reader, step 2.
+    CHECK(q.intermediates_alive(0) == 1);
+    CHECK(q.intermediates_alive(2) == 1);
+    CHECK(q.peak_intermediates() == 1);
+    CHECK(q.peak_bytes(1000, 100, fj::DType::F32) == (2 + 2 + 1) * 1000 * 100 * 4);
+
+    // A group operator reads x then g, in that order; g is computed by a time-series step when it is an
+    // expression, which fuses with the output that shares A with it (not with the row step, which shares C).
+    const Plan g = fj::codegen::make_plan({{"n", fj::group_neutralize(C, A > B)}, {"s", C + A}});
+    REQUIRE(g.steps.size() == 2);
+    CHECK(outputs_of(g, 0) == std::vector<std::string>{"s", "_fj_t0"});
+    const fj::codegen::Step* row = g.first_row_step();
+    REQUIRE(row == &g.steps[1]);
+    CHECK(row->kernel.inputs == std::vector<std::string>{"C", "_fj_t0"});
+    CHECK(row->kernel.outputs == std::vector<std::string>{"n"});
+
+    // Chains add up through row steps: mean(rank(std(A, 10)), 5) -> 9 + 0 + 4.
+    const Plan chain = fj::codegen::make_plan({{"c", fj::mean(fj::window(fj::rank(fj::std(fj::window(A, 10))), 5))}});
+    REQUIRE(chain.steps.size() == 3);
+    CHECK(chain.steps[2].chain_halo == 13);
+    CHECK(chain.halo == 13);
+
+    const std::string text = fj::codegen::explain(p);
+    CHECK(text.find("step 1: row (rank over whole rows, reads [_fj_t0]), no halo of its own (9 along its chain)") !=
+          std::string::npos);
+    CHECK(text.find("panel(s) alive") != std::string::npos);
+    CHECK(text.find("memory: 2 input and 1 output panel(s), at most 1 intermediate(s) alive at once") != std::string::npos);
+}
+
 // Multi-step programs on the backends: results against the reference, on messy data, with tiles short
 // enough that every step runs several of them.
 TEST_CASE_TEMPLATE_DEFINE("multi-step programs against the reference", T, plan_backends) {

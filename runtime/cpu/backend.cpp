@@ -1,6 +1,7 @@
-// The CPU backend: a plan's steps as kernels compiled by LLVM (codegen/cpu/emit.cpp, runtime/cpu/compile.cpp),
-// each run as tasks over column blocks x time tiles; intermediates between steps in memory of their own,
-// freed after their last reader.
+// The CPU backend: a plan's steps in order. Time-series steps are kernels compiled by LLVM
+// (codegen/cpu/emit.cpp, runtime/cpu/compile.cpp), each run as tasks over column blocks x time tiles; row
+// steps (cross-sectional operators) run over whole rows (runtime/cpu/row_ops.cpp). Intermediates between
+// steps live in memory of their own, freed after their last reader.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include "runtime/backend.hpp"
 #include "codegen/cpu/emit.hpp"
 #include "runtime/cpu/compile.hpp"
+#include "runtime/cpu/row_ops.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace fj::rt {
@@ -37,7 +39,10 @@ public:
         auto& jit = cpu::LlvmJit::instance();
         lanes_ = jit.lanes();
         for (const codegen::Step& step : plan_.steps) {
-            kernels_.push_back(jit.get(step.kernel, dtype));
+            if (step.kind == codegen::StepKind::Row && !cpu::has_row_op(step.row_op()->op))
+                throw BackendError(fmt::format("cpu: cross-sectional operator '{}' has no row-step implementation",
+                                               op_name(step.row_op()->op)));
+            kernels_.push_back(step.kind == codegen::StepKind::Row ? cpu::CompiledKernel{} : jit.get(step.kernel, dtype));
             // Where each kernel slot's panel lives: resolved once, not every run.
             Slots s;
             for (const std::string& n : step.kernel.inputs) s.in.push_back(plan_.slot_of(n));
@@ -66,6 +71,11 @@ public:
             return {tmp[i].get(), cols};
         };
         for (std::size_t si = 0; si < plan_.steps.size(); ++si) {
+            if (plan_.steps[si].kind == codegen::StepKind::Row) {
+                run_row_step(si, panel, rows, cols, outputs.front().dtype, pool);
+                for (int m : plan_.steps[si].frees) tmp[static_cast<std::size_t>(m)].reset();
+                continue;
+            }
             const ir::Kernel& k = plan_.steps[si].kernel;
             std::vector<const void*> in_ptr;
             std::vector<std::int64_t> in_ld;
@@ -114,13 +124,34 @@ public:
         std::string out = fmt::format("backend cpu (LLVM ORC, {} lanes of float64, cpu {})\n", lanes_,
                                       cpu::LlvmJit::instance().cpu_name());
         for (std::size_t i = 0; i < kernels_.size(); ++i)
-            out += fmt::format("  step {} kernel {}: {}\n", i, plan_.steps[i].kernel.name,
-                               kernels_[i].cache_hit ? std::string("cache hit")
-                                                     : fmt::format("compiled in {:.1f} ms", kernels_[i].compile_ms));
+            if (plan_.steps[i].kind == codegen::StepKind::Row)
+                out += fmt::format("  step {} row step {}: {} per row over the thread pool (sort per row)\n", i,
+                                   plan_.steps[i].kernel.name, op_name(plan_.steps[i].row_op()->op));
+            else
+                out += fmt::format("  step {} kernel {}: {}\n", i, plan_.steps[i].kernel.name,
+                                   kernels_[i].cache_hit ? std::string("cache hit")
+                                                         : fmt::format("compiled in {:.1f} ms", kernels_[i].compile_ms));
         return out;
     }
 
 private:
+    // A row step: its argument panels (x, then g) and its outputs, resolved as the kernels' are.
+    template <class PanelOf>
+    void run_row_step(std::size_t si, PanelOf& panel, std::int64_t rows, std::int64_t cols, DType dtype,
+                      ThreadPool& pool) {
+        std::vector<cpu::RowPanel> in, out;
+        for (const codegen::Plan::Slot& at : slots_[si].in) {
+            const auto [p, ld] = panel(at);
+            in.push_back({p, ld});
+        }
+        for (const codegen::Plan::Slot& at : slots_[si].out) {
+            const auto [p, ld] = panel(at);
+            out.push_back({p, ld});
+        }
+        cpu::run_row_step(plan_.steps[si].row_op()->op, in.at(0), in.size() > 1 ? &in[1] : nullptr, out, rows, cols,
+                          dtype, pool);
+    }
+
     const codegen::Plan& plan_;
     CompileOptions options_;
     int lanes_ = 4;
@@ -137,6 +168,7 @@ public:
     std::unique_ptr<Executable> prepare(const codegen::Plan& plan, DType dtype, const CompileOptions& options) override {
         return std::make_unique<CpuExecutable>(plan, dtype, options);
     }
+    bool runs_row_steps() const override { return true; }
 };
 
 }  // namespace

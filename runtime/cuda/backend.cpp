@@ -412,6 +412,7 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
     CudaSettings settings = CudaSettings::from_env();
     settings.fmad = options.fma_contraction;
     const codegen::DeviceFacts facts{target_.arch, dev_.smem_optin};
+    codegen::refuse_row_steps(plan, "CUDA");  // row steps (cross-sectional operators) have no CUDA kernels yet
     const std::size_t n = plan.steps.size();
     std::vector<KernelInfo> kernels(n);
     std::vector<KernelChoice> choices(n);

@@ -1,0 +1,212 @@
+// Cross-sectional operators on the CPU (docs/operators.md, "Cross-sectional"): each defined once, as a
+// function of one group's valid values, in the table kRowOps; run_row_step does the rest for all of them:
+// rows over the thread pool, NaN values left out (they stay NaN), the groups of a row found by sorting
+// its columns by group id, float32 or float64 panels read and written, arithmetic in float64.
+#include "runtime/cpu/row_ops.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <span>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "dsl/error.hpp"
+#include "runtime/thread_pool.hpp"
+
+namespace fj::cpu {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Per-worker buffers, reused row after row.
+struct Scratch {
+    std::vector<double> x, g, result;        // one row, as float64
+    std::vector<std::int64_t> members;       // the valid columns of the row, grouped
+    std::vector<double> values, out;         // one group's values and results
+    std::vector<std::pair<double, std::int64_t>> sorted;  // (value, position in the group), for ranks
+};
+
+// ---- the operators, over one group's valid values v (column order) -> out (same order) -------------
+
+bool all_equal(std::span<const double> v) {
+    return std::all_of(v.begin(), v.end(), [&](double x) { return x == v.front(); });
+}
+
+// The mean as a rounded value and a correction: hi is the first pass's mean, lo the mean of the deviations
+// from it. hi alone is off by up to half its ulp (1e-10 at a level of 1e6), which would be a relative error of
+// 1e-8 in a deviation of 0.01; deviation() subtracts both, so deviations are accurate to their own size. Not
+// where the sum is infinite: IEEE decides there (lo = 0).
+struct Mean {
+    double hi = 0, lo = 0;
+    double deviation(double x) const { return (x - hi) - lo; }
+};
+
+Mean mean_of(std::span<const double> v) {
+    const double n = static_cast<double>(v.size());
+    double s = 0;
+    for (double x : v) s += x;
+    Mean m{s / n, 0};
+    if (!std::isfinite(m.hi)) return m;
+    double d = 0;
+    for (double x : v) d += x - m.hi;
+    m.lo = d / n;
+    return m;
+}
+
+// Average-tie rank divided by the count, in (0, 1]: the run of equal values at sorted positions
+// i..j-1 (0-based) shares the rank (i + 1 + j) / 2.
+void rank(std::span<const double> v, std::span<double> out, Scratch& s) {
+    const std::size_t n = v.size();
+    s.sorted.resize(n);
+    for (std::size_t k = 0; k < n; ++k) s.sorted[k] = {v[k], static_cast<std::int64_t>(k)};
+    // Ties share a rank, so their order does not matter: compare values only.
+    std::sort(s.sorted.begin(), s.sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (std::size_t i = 0; i < n;) {
+        std::size_t j = i + 1;
+        while (j < n && s.sorted[j].first == s.sorted[i].first) ++j;
+        const double r = (static_cast<double>(i + 1 + j) / 2.0) / static_cast<double>(n);
+        for (std::size_t k = i; k < j; ++k) out[static_cast<std::size_t>(s.sorted[k].second)] = r;
+        i = j;
+    }
+}
+
+// x - mean; exactly 0 for a constant group, whatever the mean's rounding.
+void demean(std::span<const double> v, std::span<double> out, Scratch&) {
+    if (all_equal(v)) {
+        std::fill(out.begin(), out.end(), 0.0);
+        return;
+    }
+    const Mean m = mean_of(v);
+    for (std::size_t k = 0; k < v.size(); ++k) out[k] = m.deviation(v[k]);
+}
+
+// (x - mean) / std, ddof = 1: NaN for fewer than 2 values and for a constant group (0 / 0), tested
+// exactly so that rounding never makes a huge score of a constant group.
+void zscore(std::span<const double> v, std::span<double> out, Scratch&) {
+    const std::size_t n = v.size();
+    if (n < 2 || all_equal(v)) {
+        std::fill(out.begin(), out.end(), kNaN);
+        return;
+    }
+    const Mean m = mean_of(v);
+    double ss = 0;
+    for (double x : v) ss += m.deviation(x) * m.deviation(x);
+    const double sd = std::sqrt(ss / static_cast<double>(n - 1));
+    for (std::size_t k = 0; k < n; ++k) out[k] = m.deviation(v[k]) / sd;
+}
+
+// x / sum(abs(x)) (scale(x, a) multiplies by a afterwards, element-wise: dsl/expr.cpp).
+void scale(std::span<const double> v, std::span<double> out, Scratch&) {
+    double s = 0;
+    for (double x : v) s += std::fabs(x);
+    for (std::size_t k = 0; k < v.size(); ++k) out[k] = v[k] / s;
+}
+
+using GroupFn = void (*)(std::span<const double>, std::span<double>, Scratch&);
+
+struct RowOpDef {
+    Op op;
+    GroupFn fn;
+    bool grouped;  // within the groups of the second argument's ids, else over the whole row
+};
+
+// The one table: a new cross-sectional operator is a function above and a row here.
+constexpr RowOpDef kRowOps[] = {
+    {Op::Rank, rank, false},
+    {Op::ZScore, zscore, false},
+    {Op::Demean, demean, false},
+    {Op::Scale, scale, false},
+    {Op::GroupNeutralize, demean, true},
+    {Op::GroupRank, rank, true},
+    {Op::GroupZScore, zscore, true},
+};
+
+const RowOpDef* find_op(Op op) {
+    for (const RowOpDef& d : kRowOps)
+        if (d.op == op) return &d;
+    return nullptr;
+}
+
+// ---- rows ------------------------------------------------------------------------------------------
+
+template <class T>
+void load(const RowPanel& p, std::int64_t t, std::int64_t cols, std::vector<double>& row) {
+    const T* src = static_cast<const T*>(p.data) + t * p.ld;
+    row.resize(static_cast<std::size_t>(cols));
+    for (std::int64_t j = 0; j < cols; ++j) row[static_cast<std::size_t>(j)] = static_cast<double>(src[j]);
+}
+
+template <class T>
+void store(const RowPanel& p, std::int64_t t, std::int64_t cols, const std::vector<double>& row) {
+    T* dst = static_cast<T*>(p.data) + t * p.ld;
+    for (std::int64_t j = 0; j < cols; ++j) dst[j] = static_cast<T>(row[static_cast<std::size_t>(j)]);
+}
+
+// One row: s.x (and s.g) in, s.result out.
+void one_row(const RowOpDef& def, std::int64_t cols, Scratch& s) {
+    s.result.assign(static_cast<std::size_t>(cols), kNaN);
+    s.members.clear();
+    for (std::int64_t j = 0; j < cols; ++j) {
+        const std::size_t i = static_cast<std::size_t>(j);
+        if (!std::isnan(s.x[i]) && !(def.grouped && std::isnan(s.g[i]))) s.members.push_back(j);
+    }
+    if (def.grouped)  // columns of one group next to each other, in column order within it
+        std::sort(s.members.begin(), s.members.end(), [&](std::int64_t a, std::int64_t b) {
+            const double ga = s.g[static_cast<std::size_t>(a)], gb = s.g[static_cast<std::size_t>(b)];
+            return ga < gb || (ga == gb && a < b);
+        });
+    for (std::size_t begin = 0; begin < s.members.size();) {
+        std::size_t end = begin + 1;
+        if (def.grouped) {
+            const double id = s.g[static_cast<std::size_t>(s.members[begin])];
+            while (end < s.members.size() && s.g[static_cast<std::size_t>(s.members[end])] == id) ++end;
+        } else {
+            end = s.members.size();
+        }
+        const std::size_t n = end - begin;
+        s.values.resize(n);
+        s.out.resize(n);
+        for (std::size_t k = 0; k < n; ++k) s.values[k] = s.x[static_cast<std::size_t>(s.members[begin + k])];
+        def.fn(s.values, s.out, s);
+        for (std::size_t k = 0; k < n; ++k) s.result[static_cast<std::size_t>(s.members[begin + k])] = s.out[k];
+        begin = end;
+    }
+}
+
+template <class T>
+void rows_of(const RowOpDef& def, const RowPanel& x, const RowPanel* g, const std::vector<RowPanel>& outputs,
+             std::int64_t rows, std::int64_t cols, rt::ThreadPool& pool) {
+    // Contiguous blocks of rows, several per thread for balance; each row is computed alone, so neither
+    // the blocks nor the thread count change a result.
+    const std::int64_t tasks = std::min<std::int64_t>(rows, 8 * static_cast<std::int64_t>(pool.size()));
+    pool.parallel_for(tasks, [&](std::int64_t task, int) {
+        Scratch s;
+        const std::int64_t begin = rows * task / tasks, end = rows * (task + 1) / tasks;
+        for (std::int64_t t = begin; t < end; ++t) {
+            load<T>(x, t, cols, s.x);
+            if (g) load<T>(*g, t, cols, s.g);
+            one_row(def, cols, s);
+            for (const RowPanel& o : outputs) store<T>(o, t, cols, s.result);
+        }
+    });
+}
+
+}  // namespace
+
+bool has_row_op(Op op) { return find_op(op) != nullptr; }
+
+void run_row_step(Op op, const RowPanel& x, const RowPanel* g, const std::vector<RowPanel>& outputs,
+                  std::int64_t rows, std::int64_t cols, DType dtype, rt::ThreadPool& pool) {
+    const RowOpDef* def = find_op(op);
+    if (!def) throw BackendError(fmt::format("cpu: '{}' has no row-step implementation", op_name(op)));
+    if (def->grouped != (g != nullptr))
+        throw BackendError(fmt::format("cpu: row step '{}' needs {} group panel", op_name(op), def->grouped ? "a" : "no"));
+    if (rows <= 0 || cols <= 0) return;
+    if (dtype == DType::F32) rows_of<float>(*def, x, g, outputs, rows, cols, pool);
+    else rows_of<double>(*def, x, g, outputs, rows, cols, pool);
+}
+
+}  // namespace fj::cpu
