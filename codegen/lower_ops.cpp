@@ -251,6 +251,7 @@ V Lowering::lower(const Node* n, int lag) {
         if (n->op == Op::WMin || n->op == Op::WMax) return extreme(n, n->op == Op::WMax);
         return moments(n);
     case OpKind::PairWindow: return pair_moments(n);
+    case OpKind::CrossSection: break;  // row steps, never in a kernel (the planner cuts them out)
     }
     throw BackendError(fmt::format("lowering: operator {} has no lowering", op_name(n->op)));
 }
