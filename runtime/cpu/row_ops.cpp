@@ -5,6 +5,8 @@
 #include "runtime/cpu/row_ops.hpp"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <span>
@@ -21,13 +23,60 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
+// (order key, position): what the row's sorts move.
+struct Keyed {
+    std::uint64_t key;
+    std::uint32_t pos;
+};
+
 // Per-worker buffers, reused row after row.
 struct Scratch {
     std::vector<double> x, g, result;        // one row, as float64
     std::vector<std::int64_t> members;       // the valid columns of the row, grouped
     std::vector<double> values, out;         // one group's values and results
-    std::vector<std::pair<double, std::int64_t>> sorted;  // (value, position in the group), for ranks
+    std::vector<Keyed> sorted, tmp;          // sorts: a group's values for ranks, a row's group ids
 };
+
+// ---- sorting ---------------------------------------------------------------------------------------
+
+// An unsigned key in the order of the (non-NaN) doubles: equal keys for equal values, -0 and +0 included.
+std::uint64_t order_key(double x) {
+    const std::uint64_t bits = std::bit_cast<std::uint64_t>(x == 0 ? 0.0 : x);
+    return bits >> 63 ? ~bits : bits | (std::uint64_t{1} << 63);
+}
+
+// Sorts by key; equal keys keep their order where `stable` (the radix sort always does). Rows are long (thousands of columns) and their keys
+// share most bytes (float32 values as doubles end in zero bytes; group ids differ in a few high bits): a
+// least-significant-digit radix sort over the bytes that differ, 8 bits a pass, where that beats
+// a comparison sort. Measured on 2,000 x 4,000 float32 panels (100 + N(0,1); 50 group ids), 2 cores, per
+// cell: rank 84 ns with std::sort of (value, position) pairs, 20 ns with this; group_neutralize 81 -> 18 ns;
+// group_rank 160 -> 54 ns (its groups of ~80 values are comparison-sorted; one radix sort by (group, value)
+// would save most of the rest); mean(window(A, 20)) 2.8 ns for scale.
+void sort_keyed(std::vector<Keyed>& a, std::vector<Keyed>& tmp, bool stable) {
+    const std::size_t n = a.size();
+    if (n < 256) {  // the radix sort's 8 x 256 counters cost more than a short comparison sort
+        const auto less = [](const Keyed& l, const Keyed& r) { return l.key < r.key; };
+        if (stable) std::stable_sort(a.begin(), a.end(), less);
+        else std::sort(a.begin(), a.end(), less);
+        return;
+    }
+    std::array<std::array<std::uint32_t, 256>, 8> count{};
+    for (const Keyed& e : a)
+        for (int b = 0; b < 8; ++b) ++count[b][(e.key >> (8 * b)) & 0xff];
+    tmp.resize(n);
+    for (int b = 0; b < 8; ++b) {
+        std::array<std::uint32_t, 256>& c = count[b];
+        if (c[(a[0].key >> (8 * b)) & 0xff] == n) continue;  // every key has this byte: nothing to order
+        std::uint32_t sum = 0;
+        for (std::uint32_t& k : c) {
+            const std::uint32_t here = k;
+            k = sum;
+            sum += here;
+        }
+        for (const Keyed& e : a) tmp[c[(e.key >> (8 * b)) & 0xff]++] = e;
+        a.swap(tmp);
+    }
+}
 
 // ---- the operators, over one group's valid values v (column order) -> out (same order) -------------
 
@@ -61,14 +110,13 @@ Mean mean_of(std::span<const double> v) {
 void rank(std::span<const double> v, std::span<double> out, Scratch& s) {
     const std::size_t n = v.size();
     s.sorted.resize(n);
-    for (std::size_t k = 0; k < n; ++k) s.sorted[k] = {v[k], static_cast<std::int64_t>(k)};
-    // Ties share a rank, so their order does not matter: compare values only.
-    std::sort(s.sorted.begin(), s.sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (std::size_t k = 0; k < n; ++k) s.sorted[k] = {order_key(v[k]), static_cast<std::uint32_t>(k)};
+    sort_keyed(s.sorted, s.tmp, false);  // ties share a rank: their order does not matter
     for (std::size_t i = 0; i < n;) {
         std::size_t j = i + 1;
-        while (j < n && s.sorted[j].first == s.sorted[i].first) ++j;
+        while (j < n && s.sorted[j].key == s.sorted[i].key) ++j;  // a run of equal values: ties
         const double r = (static_cast<double>(i + 1 + j) / 2.0) / static_cast<double>(n);
-        for (std::size_t k = i; k < j; ++k) out[static_cast<std::size_t>(s.sorted[k].second)] = r;
+        for (std::size_t k = i; k < j; ++k) out[s.sorted[k].pos] = r;
         i = j;
     }
 }
@@ -153,11 +201,13 @@ void one_row(const RowOpDef& def, std::int64_t cols, Scratch& s) {
         const std::size_t i = static_cast<std::size_t>(j);
         if (!std::isnan(s.x[i]) && !(def.grouped && std::isnan(s.g[i]))) s.members.push_back(j);
     }
-    if (def.grouped)  // columns of one group next to each other, in column order within it
-        std::sort(s.members.begin(), s.members.end(), [&](std::int64_t a, std::int64_t b) {
-            const double ga = s.g[static_cast<std::size_t>(a)], gb = s.g[static_cast<std::size_t>(b)];
-            return ga < gb || (ga == gb && a < b);
-        });
+    if (def.grouped) {  // columns of one group next to each other, in column order within it (a stable sort)
+        s.sorted.resize(s.members.size());
+        for (std::size_t k = 0; k < s.members.size(); ++k)
+            s.sorted[k] = {order_key(s.g[static_cast<std::size_t>(s.members[k])]), static_cast<std::uint32_t>(s.members[k])};
+        sort_keyed(s.sorted, s.tmp, true);
+        for (std::size_t k = 0; k < s.members.size(); ++k) s.members[k] = s.sorted[k].pos;
+    }
     for (std::size_t begin = 0; begin < s.members.size();) {
         std::size_t end = begin + 1;
         if (def.grouped) {
