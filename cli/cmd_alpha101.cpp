@@ -151,8 +151,8 @@ void generate_kernels(const fj::Program& program, const NpyHeader& shape) {
 // Compiles the candidates as one program and generates its kernels. When that fails, each alpha is
 // compiled alone to find the ones that cannot be (their errors go to `left_out`), and the rest are
 // compiled together again (nullopt when none is left); an error that no single alpha explains is thrown.
-std::optional<fj::Program> compile_all(std::vector<Candidate>& cands, std::vector<LeftOut>& left_out, const fj::CompileOptions& options,
-                        const NpyHeader& shape) {
+std::optional<fj::Program> compile_all(std::vector<Candidate>& cands, std::vector<LeftOut>& left_out,
+                                       const fj::CompileOptions& options, const NpyHeader& shape) {
     auto compile = [&](const std::vector<Candidate>& cs) {
         std::vector<std::pair<std::string, fj::Expr>> named;
         for (const Candidate& c : cs) named.emplace_back(c.name, c.expr);
@@ -192,7 +192,8 @@ int cmd_alpha101(const std::vector<std::string>& argv) {
 
     std::error_code ec;
     if (!fs::is_directory(a.data, ec))
-        throw fj::InputError(fmt::format("--data '{}': not a folder (it should hold open.npy, close.npy, ...)", a.data));
+        throw fj::InputError(
+            fmt::format("--data '{}': not a folder (it should hold open.npy, close.npy, ...)", a.data));
 
     // Formulas: those that parse are candidates; the others are left out with the parser's reason.
     std::vector<Candidate> cands;
@@ -264,8 +265,8 @@ int cmd_alpha101(const std::vector<std::string>& argv) {
     if (cands.empty()) {
         print_left_out();
         std::fflush(stdout);
-        throw fj::InputError(fmt::format("none of the 101 alphas can be computed from {} (the reasons are listed above)",
-                                         a.data));
+        throw fj::InputError(
+            fmt::format("none of the 101 alphas can be computed from {} (the reasons are listed above)", a.data));
     }
     {
         std::string inputs;

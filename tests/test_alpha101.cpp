@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -23,8 +24,8 @@
 namespace {
 
 // The operators of the paper the library may not have yet: the only reason a formula may fail to parse.
-const std::set<std::string> kPaperOperators = {"rank",      "ts_rank",      "scale",   "decay_linear", "ts_argmax",
-                                               "ts_argmin", "product",      "indneutralize"};
+const std::set<std::string> kPaperOperators = {"rank",      "ts_rank",   "scale",   "decay_linear",
+                                               "ts_argmax", "ts_argmin", "product", "indneutralize"};
 
 // "'Ts_Rank' is not supported yet" -> "ts_rank"; "" for any other message.
 std::string unsupported_operator(const fj::ParseError& e) {
@@ -32,10 +33,11 @@ std::string unsupported_operator(const fj::ParseError& e) {
     const std::string line = what.substr(0, what.find('\n'));
     const std::string tail = "' is not supported yet";
     const std::size_t open = line.find(": '");
-    if (open == std::string::npos || line.size() < tail.size() || line.compare(line.size() - tail.size(), tail.size(), tail) != 0)
+    if (open == std::string::npos || line.size() < tail.size() ||
+        line.compare(line.size() - tail.size(), tail.size(), tail) != 0)
         return "";
     std::string name = line.substr(open + 3, line.size() - tail.size() - open - 3);
-    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return name;
 }
 
@@ -65,8 +67,9 @@ std::vector<Parsed> parse_all(const fj::ParseOptions& options = {}) {
 // Market-like panels: per column a close random walk around 100 (1-2 % daily moves), open near the previous
 // close, high and low around them, vwap inside the bar, integer share volumes around 1e6, returns from
 // close, cap = close x shares; group ids constant per column (5 sectors, 12 industries, 24 subindustries).
-// Missing values: about 0.3 % isolated NaNs per panel (few enough that 250-row windows are often complete), a suspension (every price and volume NaN for 30 rows),
-// a column listed late (NaN for its first 60 rows), and a column without a subindustry.
+// Missing values: about 0.3 % isolated NaNs per panel (few enough that 250-row windows are often complete),
+// a suspension (every price and volume NaN for 30 rows), a column listed late (NaN for its first 60 rows),
+// and a column without a subindustry.
 fj::test::Dataset market_panels(std::int64_t rows, std::int64_t cols, std::uint64_t seed) {
     const double nan = std::numeric_limits<double>::quiet_NaN();
     fj::test::Rng rng(seed);
@@ -207,7 +210,8 @@ TEST_CASE("every formula parses, or fails only for a paper operator not supporte
         ++parsed;
         for (const std::string& in : fj::input_names({p.expr})) {
             inputs.insert(in);
-            CHECK_MESSAGE(documented.count(in) == 1, p.name << " reads '" << in << "', not one of the documented inputs");
+            CHECK_MESSAGE(documented.count(in) == 1,
+                          p.name << " reads '" << in << "', not one of the documented inputs");
         }
         // What the printer writes reads back to the same node (the CLI's messages and explain() show it).
         INFO(p.name << ": " << p.expr.str());
@@ -228,7 +232,8 @@ TEST_CASE("fractional windows floor, and round with round_windows (#61)") {
     // #61's windows: ts_min(vwap, 16.1219) and correlation(vwap, adv180, 17.9282).
     const fj::Expr vwap = fj::input("vwap"), adv180 = fj::mean(fj::window(fj::input("volume"), 180));
     const char* text = "(vwap - ts_min(vwap, 16.1219)) + correlation(vwap, adv180, 17.9282)";
-    CHECK(fj::parse(text).same((vwap - fj::min(fj::window(vwap, 16))) + fj::corr(fj::window(vwap, 17), fj::window(adv180, 17))));
+    CHECK(fj::parse(text).same((vwap - fj::min(fj::window(vwap, 16))) +
+                               fj::corr(fj::window(vwap, 17), fj::window(adv180, 17))));
     fj::ParseOptions round;
     round.round_windows = true;
     CHECK(fj::parse(text, round).same((vwap - fj::min(fj::window(vwap, 16))) +
