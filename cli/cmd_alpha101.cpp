@@ -160,20 +160,28 @@ std::optional<fj::Program> compile_all(std::vector<Candidate>& cands, std::vecto
         generate_kernels(program, shape);
         return program;
     };
+    std::string joint_error;
     try {
         return compile(cands);
-    } catch (const fj::Error&) {
-        // Found out below, alpha by alpha.
+    } catch (const fj::Error& e) {
+        joint_error = e.what();  // found out below, alpha by alpha
     }
     std::vector<Candidate> ok;
+    std::vector<LeftOut> failed;
     for (Candidate& c : cands) {
         try {
             (void)compile({c});
             ok.push_back(std::move(c));
         } catch (const fj::Error& e) {
-            left_out.push_back({c.name, first_line(e.what())});
+            failed.push_back({c.name, first_line(e.what())});
         }
     }
+    // Every alpha failing as the whole program did is not about the alphas (no CUDA driver, ...): say that once.
+    const bool same_everywhere = std::all_of(failed.begin(), failed.end(), [&](const LeftOut& l) {
+        return l.reason == first_line(joint_error);
+    });
+    if (ok.empty() && same_everywhere) throw fj::BackendError(joint_error);
+    left_out.insert(left_out.end(), failed.begin(), failed.end());
     cands = std::move(ok);
     if (cands.empty()) return std::nullopt;
     return compile(cands);

@@ -907,6 +907,19 @@ TEST_CASE("alpha101: failures exit 2 with a message and write nothing") {
     fails({"alpha101", "--data", "data", "--frobnicate"}, "unknown option '--frobnicate'");
     CHECK(leftovers(dir / "out").empty());
 
+    // A backend that cannot compile anything (no CUDA driver here) is one error, not 101 left-out lines.
+    const CliResult cuda = run_cli(dir, {"alpha101", "--data", "data", "--out", "out", "--backend", "cuda"});
+    INFO("stdout: " << cuda.out << "\nstderr: " << cuda.err);
+    if (cuda.rc == 2) {
+        CHECK(cuda.err.find("factorjit: error: ") == 0);
+        CHECK(cuda.out.find("left out") == std::string::npos);
+        CHECK(npy_files(dir / "out") == std::vector<std::string>{"alpha101.npy"});
+    } else {
+        CHECK(cuda.rc == 0);  // a GPU: the alphas without cross-sectional steps run there
+        CHECK(cuda.out.find("(backend cuda)") != std::string::npos);
+        fs::remove_all(dir / "out");
+    }
+
     const CliResult help = run_cli(dir, {"alpha101", "--help"});
     CHECK(help.rc == 0);
     CHECK(help.out.find("usage: factorjit alpha101 --data DIR") != std::string::npos);
