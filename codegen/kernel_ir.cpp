@@ -89,7 +89,7 @@ std::string Kernel::dump() const {
         case Prim::RingRead: add(fmt::format("r{}[t-{}{}]", i.slot, i.lag, lag_var)); break;
         case Prim::RingPush: add(fmt::format("r{}", i.slot)); break;
         case Prim::RowInPass: add(fmt::format("t-{}{}", i.lag, lag_var)); break;
-        case Prim::Refold: add(fmt::format("refold {}", i.slot)); break;
+        case Prim::Refold: case Prim::Flag: add(fmt::format("refold {}", i.slot)); break;
         case Prim::RefoldValue: add(fmt::format("refold {} export {}", i.slot, i.lag)); break;
         case Prim::Fold: add(fmt::format("sum {}{}", i.slot, i.imm != 0 ? " (low part)" : "")); break;
         case Prim::Outer: add(fmt::format("main %{}", i.a)); break;
@@ -224,6 +224,10 @@ private:
                 if (refold_at_[static_cast<std::size_t>(in.slot)] >= 0) bad_inst(body, i, "a second Refold instruction for the refold");
                 refold_at_[static_cast<std::size_t>(in.slot)] = static_cast<std::int32_t>(i);
                 break;
+            case Prim::Flag:
+                only(i, part == Part::Main, "the main body");
+                operand(i, in.a, Type::Bool);
+                break;
             case Prim::RefoldValue:
                 only(i, part == Part::Main, "the main body");
                 slot(i, k_.refolds.size(), "refold");
@@ -283,7 +287,9 @@ private:
 
 void verify(const Kernel& k) { Verifier(k).run(); }
 
-Kernel without_refolds(const Kernel& k) {
+namespace {
+// without_refolds(), and with `flags` flag_refolds(): Refold instructions become Flags, live like outputs.
+Kernel strip_refolds(const Kernel& k, bool flags) {
     if (k.refolds.empty()) return k;
     const std::size_t n = k.body.size();
     // Forward each RefoldValue to its fallback (through chains of them).
@@ -302,11 +308,11 @@ Kernel without_refolds(const Kernel& k) {
             const Inst& in = k.body[i];
             bool want = live[i] != 0;
             if (!want) {
-                if (in.op == Prim::Output) want = true;
+                if (in.op == Prim::Output || (flags && in.op == Prim::Refold)) want = true;
                 else if (in.op == Prim::StoreState) want = state_live[static_cast<std::size_t>(in.slot)] != 0;
                 else if (in.op == Prim::RingPush) want = ring_live[static_cast<std::size_t>(in.slot)] != 0;
             }
-            if (!want || in.op == Prim::Refold || in.op == Prim::RefoldValue) continue;
+            if (!want || (in.op == Prim::Refold && !flags) || in.op == Prim::RefoldValue) continue;
             if (!live[i]) { live[i] = 1; changed = true; }
             if (in.op == Prim::LoadState && !state_live[static_cast<std::size_t>(in.slot)]) { state_live[static_cast<std::size_t>(in.slot)] = 1; changed = true; }
             if (in.op == Prim::RingRead && !ring_live[static_cast<std::size_t>(in.slot)]) { ring_live[static_cast<std::size_t>(in.slot)] = 1; changed = true; }
@@ -332,6 +338,7 @@ Kernel without_refolds(const Kernel& k) {
             if (*o >= 0) *o = inst_map[static_cast<std::size_t>(operand(*o))];
         if (in.op == Prim::LoadState || in.op == Prim::StoreState) in.slot = state_map[static_cast<std::size_t>(in.slot)];
         if (in.op == Prim::RingRead || in.op == Prim::RingPush) in.slot = ring_map[static_cast<std::size_t>(in.slot)];
+        if (in.op == Prim::Refold) in.op = Prim::Flag;  // (its slot names the refold it stands for)
         inst_map[i] = static_cast<std::int32_t>(out.body.size());
         out.body.push_back(in);
     }
@@ -344,5 +351,9 @@ Kernel without_refolds(const Kernel& k) {
         if (in.op == Prim::Input) out.max_input_lag = std::max(out.max_input_lag, in.lag);
     return out;
 }
+}  // namespace
+
+Kernel without_refolds(const Kernel& k) { return strip_refolds(k, false); }
+Kernel flag_refolds(const Kernel& k) { return strip_refolds(k, true); }
 
 }  // namespace fj::ir

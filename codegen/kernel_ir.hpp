@@ -40,6 +40,7 @@ enum class Type : std::uint8_t { F64, Bool, Void };
     X(RefoldValue)  /* F64: export #lag of refold #slot where its Refold ran on this row, else a */      \
     X(Outer)        /* refold bodies only: the main-body value a (computed before the Refold) */         \
     X(Fold)         /* refold epilogues only, F64: sum #slot over the lags (imm 0), or its low part (1) */ \
+    X(Flag)         /* Void: where Bool a holds on a row, this column's pass needs refold #slot (flag_refolds) */ \
     /* arithmetic, IEEE-754 double, no fast-math */                                                       \
     X(Add) X(Sub) X(Mul) X(Div) X(Neg) X(Abs) X(Sqrt) X(Exp) X(Log) X(Pow)                                \
     X(Floor)                                                                                              \
@@ -153,5 +154,11 @@ void verify(const Kernel& kernel);
 // fallbacks, and what then feeds no output removed (states, rings and instructions renumbered in order).
 // For backends that guard their sums otherwise (or not yet: docs/numerics.md says which).
 Kernel without_refolds(const Kernel& kernel);
+
+// `kernel` as without_refolds gives it, but with each Refold instruction kept as a Flag of its condition (and
+// what computes the condition kept): for backends that run a pass without refolds first and run it again, with
+// them, only where a flag was raised on some row of it (the CUDA column scan and its repair pass:
+// docs/numerics.md). Raising a flag changes no value of the pass.
+Kernel flag_refolds(const Kernel& kernel);
 
 }  // namespace fj::ir

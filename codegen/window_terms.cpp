@@ -138,7 +138,8 @@ private:
             case Prim::RowIndex:
             case Prim::StoreState:
             case Prim::RingPush:
-            case Prim::Output: return false;
+            case Prim::Output:
+            case Prim::Flag: return false;
             default: break;
         }
         auto operand = [&](std::int32_t p, std::int32_t q) { return (p < 0 && q < 0) || (p >= 0 && q >= 0 && shifted(p, q, w)); };

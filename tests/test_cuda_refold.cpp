@@ -69,6 +69,7 @@ TEST_CASE("kernels with refolds compile with NVRTC, without them: window sums ov
         // Generic kernels (the default: one guarded loop), generic in batches, specialised column scans
         // (window scans off: they would take the long windows).
         cu::CudaSettings generic, batched, fixed;
+        generic.guard = batched.guard = fixed.guard = 1;
         batched.one_loop = 0;
         batched.unroll = 4;
         fixed.window_scan = 0;
@@ -88,16 +89,34 @@ TEST_CASE("kernels with refolds compile with NVRTC, without them: window sums ov
                 bool rings_in_registers = true;  // (longer rings are local arrays, refolds or not)
                 for (const fj::ir::Ring& r : kernels[i]->rings) rings_in_registers = rings_in_registers && r.size <= fj::codegen::CudaEmitOptions{}.reg_ring_max;
                 CHECK(c.choice.shape == fj::codegen::KernelShape::ColumnScan);
-                CHECK(c.source.find("refold") == std::string::npos);
+                CHECK(c.choice.flags);  // (raises repair flags: no refold of its own)
+                CHECK(c.source.find("// refold") == std::string::npos);
+                CHECK(c.source.find("atomicOr(p.flags") != std::string::npos);
                 CHECK(c.registers > 0);
                 if (rings_in_registers) CHECK(c.stack_bytes == 0);
                 CHECK_MESSAGE(c.log.find("warning") == std::string::npos, c.log);
             }
         }
+        // The repair passes: the generic one-loop column scan with the refolds, run where flags are set.
+        for (const fj::ir::Kernel* k : kernels) {
+            CAPTURE(k->name);
+            const fj::codegen::KernelChoice repair = fj::codegen::select_repair_kernel(dtype, generic);
+            cu::CudaCompiled c;
+            try {
+                c = cu::compile_cuda_kernel(*k, dtype, "sm_90", true, repair);
+            } catch (const fj::Error& e) {
+                FAIL(e.what());
+            }
+            CHECK(c.source.find("// refold 0:") != std::string::npos);
+            CHECK(c.source.find(">> (j & 31)) & 1u)) continue;") != std::string::npos);
+            CHECK(c.key != cu::cuda_kernel_key(*k, dtype, "sm_90", true, generic));
+            CHECK(c.registers > 0);
+            CHECK_MESSAGE(c.log.find("warning") == std::string::npos, c.log);
+        }
     }
 }
 
-TEST_CASE("every kernel shape is chosen and emitted from the kernel without refolds; the kernel-only column scan keeps them") {
+TEST_CASE("window scans are chosen and emitted from the kernel without refolds, column scans from the one raising flags") {
     const fj::Expr A = fj::input("A"), B = fj::input("B");
     const fj::codegen::Plan plan =
         fj::codegen::make_plan({{"c", fj::corr(fj::window(A, 250), fj::window(B, 250))}}, fj::DType::F32);
@@ -106,6 +125,7 @@ TEST_CASE("every kernel shape is chosen and emitted from the kernel without refo
     const std::vector<long long> lds(k.inputs.size() + k.outputs.size(), 50000);
     cu::CudaSettings s;
     s.unroll = 16;
+    s.guard = 1;
     for (int chain : {0, 1}) {
         CAPTURE(chain);
         s.window_scan = 1;
@@ -122,16 +142,32 @@ TEST_CASE("every kernel shape is chosen and emitted from the kernel without refo
         CHECK(src == fj::codegen::emit_cuda(k, c.options));
         CHECK(src.find("refold") == std::string::npos);
     }
-    // Column scans too; the kernel-only emission still emits the refolds (the emulated tests run it), and the
-    // cache key changes with the refolds.
+    // Column scans: from ir::flag_refolds (flags, no refold of their own); the kernel-only emission still emits
+    // the refolds (the repair pass and the emulated tests run it), and the cache key changes with the refolds.
     s.window_scan = 0;
     const fj::codegen::KernelChoice col = fj::codegen::select_kernel(k, fj::DType::F32, {lds, true}, {"sm_90", 0}, s);
     CHECK(col.shape == fj::codegen::KernelShape::ColumnScan);
+    CHECK(col.flags);
     REQUIRE(col.scan_kernel);
     CHECK(col.scan_kernel->refolds.empty());
+    CHECK(col.scan_kernel->hash() == fj::ir::flag_refolds(k).hash());
     CHECK(&col.kernel_for(k) == col.scan_kernel.get());
-    CHECK(fj::codegen::emit_cuda(col.kernel_for(k), col.options).find("refold") == std::string::npos);
+    const std::string flagging = fj::codegen::emit_cuda(col.kernel_for(k), col.options);
+    CHECK(flagging.find("// refold") == std::string::npos);
+    CHECK(flagging.find("fj_need |=") != std::string::npos);
     CHECK(fj::codegen::emit_cuda(k, col.options).find("// refold 0:") != std::string::npos);
+    // By default (FJ_CUDA_GUARD=0) the column scan is the kernel without refolds, as before them.
+    cu::CudaSettings off = s;
+    off.guard = 0;
+    const fj::codegen::KernelChoice col0 = fj::codegen::select_kernel(k, fj::DType::F32, {lds, true}, {"sm_90", 0}, off);
+    CHECK(!col0.flags);
+    REQUIRE(col0.scan_kernel);
+    CHECK(col0.scan_kernel->hash() == fj::ir::without_refolds(k).hash());
+    // A kernel without refolds raises none.
+    const fj::codegen::KernelChoice plain =
+        fj::codegen::select_kernel(fj::ir::without_refolds(k), fj::DType::F32, {lds, true}, {"sm_90", 0}, s);
+    CHECK(!plain.flags);
+    CHECK(fj::codegen::emit_cuda(plain.kernel_for(fj::ir::without_refolds(k)), plain.options).find("fj_need") == std::string::npos);
     if (cu::nvrtc(nullptr)) {
         fj::ir::Kernel changed = k;
         changed.refolds[0].body.push_back({fj::ir::Prim::Const, fj::ir::Type::F64});
@@ -147,9 +183,10 @@ TEST_CASE("every kernel shape is chosen and emitted from the kernel without refo
 TEST_SUITE("cuda_gpu") {
 
 // On a GPU: every refold program (tests/refold_cases.hpp) in every kernel shape the selection picks (generic
-// and specialised column scans; window and chained window scans where settings force them, for the float32
-// programs they can run), against the CPU backend on the same time tiles. Window and chained scans do not
-// run refolds yet (select_kernel): their outputs after a spike are only reported, not held to the CPU's.
+// and specialised column scans, which raise repair flags for the repair pass; window and chained window scans
+// where settings force them, for the float32 programs they can run), against the CPU backend on the same time
+// tiles. Window and chained scans have no guard yet (select_kernel): their outputs after a spike are only
+// reported, not held to the CPU's.
 TEST_CASE("refolds on the GPU agree with the CPU backend on data with spikes, in every kernel shape") {
     std::string why;
     if (!fj::rt::cuda_backend(&why)) {
@@ -169,9 +206,10 @@ TEST_CASE("refolds on the GPU agree with the CPU backend on data with spikes, in
     };
     // (Batches of 4 rows in the specialised kernels: NVRTC's time; the emulated test covers other batches.)
     const std::vector<Shape> shapes = {
-        // (No shape runs refolds yet, select.cpp: every comparison is reported, none held.)
-        {"generic column scan", {{"FJ_CUDA_FIXED_LD", "0"}}, false},
-        {"specialised column scan", {{"FJ_CUDA_FIXED_LD", "1"}, {"FJ_CUDA_WINDOW_SCAN", "0"}, {"FJ_CUDA_UNROLL", "4"}}, false},
+        // (Window and chained scans have no guard yet, select.cpp: their comparisons are reported, not held.)
+        {"generic column scan", {{"FJ_CUDA_FIXED_LD", "0"}, {"FJ_CUDA_GUARD", "1"}}, true},
+        {"specialised column scan", {{"FJ_CUDA_FIXED_LD", "1"}, {"FJ_CUDA_WINDOW_SCAN", "0"}, {"FJ_CUDA_UNROLL", "4"}, {"FJ_CUDA_GUARD", "1"}}, true},
+        {"specialised column scan, FJ_CUDA_GUARD=0 (the default)", {{"FJ_CUDA_FIXED_LD", "1"}, {"FJ_CUDA_WINDOW_SCAN", "0"}, {"FJ_CUDA_UNROLL", "4"}}, false},
         {"window scan", {{"FJ_CUDA_FIXED_LD", "1"}, {"FJ_CUDA_WINDOW_SCAN", "1"}, {"FJ_CUDA_SCAN_CHAIN", "0"}}, false},
         {"chained window scan", {{"FJ_CUDA_FIXED_LD", "1"}, {"FJ_CUDA_WINDOW_SCAN", "1"}, {"FJ_CUDA_SCAN_CHAIN", "1"}}, false},
     };

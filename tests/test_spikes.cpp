@@ -452,6 +452,8 @@ struct Variant {
     fj::CompileOptions options;
     std::vector<std::pair<std::string, std::string>> env;  // CUDA kernel shapes
     bool window_scan = false;  // float32 programs marked scannable must run as (chained) window scans
+    // (CUDA window and chained scans have no guard yet, docs/numerics.md: their differences are reported, not held.)
+    bool guarded() const { return !window_scan; }
 };
 
 template <class T>
@@ -492,8 +494,9 @@ std::vector<Variant> variants(fj::CompileOptions base = {}) {
     }
     // CUDA: every kernel shape (select.hpp), each with the default time tiles and tiles of 97 rows.
     const std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> shapes = {
-        {"column scan (generic)", {{"FJ_CUDA_FIXED_LD", "0"}}},
-        {"column scan (specialised)", {{"FJ_CUDA_FIXED_LD", "1"}, {"FJ_CUDA_WINDOW_SCAN", "0"}}},
+        // (Column scans guarded: FJ_CUDA_GUARD=1, off by default until it costs less; select.cpp.)
+        {"column scan (generic)", {{"FJ_CUDA_FIXED_LD", "0"}, {"FJ_CUDA_GUARD", "1"}}},
+        {"column scan (specialised)", {{"FJ_CUDA_FIXED_LD", "1"}, {"FJ_CUDA_WINDOW_SCAN", "0"}, {"FJ_CUDA_GUARD", "1"}}},
         {"window scan", {{"FJ_CUDA_FIXED_LD", "1"}, {"FJ_CUDA_WINDOW_SCAN", "1"}, {"FJ_CUDA_SCAN_CHAIN", "0"}}},
         {"chained window scan", {{"FJ_CUDA_FIXED_LD", "1"}, {"FJ_CUDA_WINDOW_SCAN", "1"}, {"FJ_CUDA_SCAN_CHAIN", "1"}}},
     };
@@ -687,10 +690,6 @@ std::string judge(const std::vector<double>& got, const Judged& o, const SpikeDa
 template <class T>
 void check_spikes(const SpikeData& d, const std::vector<Program>& progs, fj::CompileOptions base = {},
                   std::size_t max_variants = 1000) {
-    if (T::backend == fj::Backend::Cuda) {  // (codegen/cuda/select.cpp and docs/numerics.md say why)
-        MESSAGE("skipped: no CUDA kernel shape runs refolds yet; its sums are as before issue 25");
-        return;
-    }
     const fj::test::Inputs data_t = fj::test::as_dtype(d.inputs, T::dtype);
     std::vector<fj::Expr> roots;
     for (const Program& p : progs)
@@ -732,7 +731,8 @@ void check_spikes(const SpikeData& d, const std::vector<Program>& progs, fj::Com
                 const Judged& o = outs[k++];
                 if (!got) continue;
                 const std::string msg = judge(got->at(name), o, d, T::dtype);
-                CHECK_MESSAGE(msg.empty(), "`" << e.str() << "` (output '" << name << "'), " << where << ": " << msg);
+                if (v.guarded()) CHECK_MESSAGE(msg.empty(), "`" << e.str() << "` (output '" << name << "'), " << where << ": " << msg);
+                else if (!msg.empty()) MESSAGE("not judged (no guard in this shape yet): `" << e.str() << "`, " << where << ": " << msg);
             }
         }
     }
@@ -818,16 +818,13 @@ TEST_CASE_TEMPLATE_DEFINE("float32 level shifts need no exact_sums", T, spikes_n
     // for float32: a level change of 100x followed by a tiny move. With the sums rebuilt where they would
     // lose the digits, the default options meet the contract.
     if (!backend_available<T>()) return;
-    if (T::backend == fj::Backend::Cuda) {
-        MESSAGE("skipped: no CUDA kernel shape runs refolds yet");
-        return;
-    }
     const std::int64_t rows = 3, cols = 3;
     const fj::test::Inputs in = fj::test::level_change_inputs();
     const NamedExprs prog = fj::test::level_change_program();
     fj::test::CheckOptions check;
     check.label = "level change, then a tiny move";
     for (const Variant& v : variants<T>()) {
+        if (!v.guarded()) continue;
         CAPTURE(v.name);
         EnvGuard env(v.env);
         fj::test::check_against_reference(prog, in, rows, cols, T::dtype, v.options, check);

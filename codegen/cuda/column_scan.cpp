@@ -107,7 +107,7 @@ void plan_presets(const KernelFacts& f, ColumnScanPlan& p) {
         const bool ok = x.op != Prim::LoadState && x.op != Prim::StoreState && x.op != Prim::RowIndex &&
                         x.op != Prim::RowInPass && x.op != Prim::RingRead && x.op != Prim::RingPush &&
                         x.op != Prim::Output && !(x.op == Prim::Input && x.lag != 0) && f.counter_state[i] < 0 &&
-                        f.sticky_of[i] < 0 && x.op != Prim::Refold && x.op != Prim::RefoldValue;
+                        f.sticky_of[i] < 0 && x.op != Prim::Refold && x.op != Prim::RefoldValue && x.op != Prim::Flag;
         return ok ? Reach::Expand : Reach::Fail;
     });
     if (!pure) return;
@@ -133,8 +133,21 @@ std::string emit_column_scan(const KernelFacts& facts, const ColumnScanPlan& pla
     return ColumnScanEmitter(facts, plan).run();
 }
 
+bool ColumnScanEmitter::raises_flags() const {
+    for (std::size_t i = 0; i < k_.body.size(); ++i)
+        if (f_.live[i] && k_.body[i].op == Prim::Flag) return true;
+    return false;
+}
+
+void ColumnScanEmitter::pass_end() {
+    // One atomic per column and tile that needs its refolds (rare: docs/numerics.md), none elsewhere.
+    if (raises_flags()) line(2, "if (fj_need) atomicOr(p.flags + tile * p.flag_words + (j >> 5), 1u << (j & 31));");
+    line(1, "}}");
+    line(0, "}}");
+}
+
 std::string ColumnScanEmitter::run() {
-    print_header(src_, f_, {U_, !p_.echo.empty(), p_.hints, false});
+    print_header(src_, f_, {U_, !p_.echo.empty(), p_.hints, false, raises_flags() || o_.repair});
     kernel();
     return src_.take();
 }
@@ -193,6 +206,9 @@ void ColumnScanEmitter::kernel() {
     line(2, "const long long out_begin = tile * p.tile_rows;");
     line(2, "const long long row_end = out_begin + p.tile_rows < p.rows ? out_begin + p.tile_rows : p.rows;");
     line(2, "const long long row_begin = out_begin > {} ? out_begin - {} : 0;", halo, halo);
+    // The repair pass runs a tile of a column only where the main kernel raised its flag.
+    if (o_.repair) line(2, "if (!((p.flags[tile * p.flag_words + (j >> 5)] >> (j & 31)) & 1u)) continue;");
+    if (raises_flags()) line(2, "bool fj_need = false;  // a row of this pass needs its refolds (the repair pass reruns it)");
     for (std::size_t s = 0; s < k_.states.size(); ++s) {
         if (f_.int_state[s])
             line(2, "{} s{} = {};  // {}", f_.int32_state[s] ? "int" : "long long", s,
@@ -314,8 +330,7 @@ void ColumnScanEmitter::kernel() {
     advance(3, 1);
     line(2, "}}");
     if (one_loop) {  // (CudaEmitOptions::one_loop: the guarded loop took every row)
-        line(1, "}}");
-        line(0, "}}");
+        pass_end();
         return;
     }
     // From here on sticky states are finite loop invariants (but where a refold moves them:
@@ -360,8 +375,7 @@ void ColumnScanEmitter::kernel() {
         advance(3, 1);
         line(2, "}}");
     }
-    line(1, "}}");
-    line(0, "}}");
+    pass_end();
 }
 
 // Inputs read at lag 0: the batched loops ask L2 for their rows l2_prefetch_rows ahead (new to L2;

@@ -64,6 +64,10 @@ public:
     std::string run();
 
 private:
+    // Whether the kernel raises repair flags (ir::flag_refolds; docs/numerics.md): a live Flag instruction.
+    bool raises_flags() const;
+    // The end of a tile's pass: its flag raised where a row asked for it; closes the tile loop and the kernel.
+    void pass_end();
     template <class... A>
     void line(int indent, fmt::format_string<A...> f, A&&... a) { src_.line(indent, f, std::forward<A>(a)...); }
     // Which rows of a batch may lie outside the panel's pass: none (Inside), those before the panel's

@@ -76,6 +76,8 @@ CudaColumnScanShape cuda_column_scan_shape(const CudaKernelAnalysis& analysis, c
 std::string emit_cuda(const CudaKernelAnalysis& analysis, const CudaEmitOptions& options, CudaColumnScanShape* shape) {
     CudaKernelAnalysis::Impl& a = analysis_for(analysis, options);
     if (shape) *shape = {};
+    if (options.repair && (options.window_scan || !options.strides.empty()))
+        throw BackendError(fmt::format("CUDA emitter: kernel {}: a repair pass is a generic column scan", a.facts.kernel.name));
     if (options.window_scan && options.window_scan_chain)
         return detail::ScanEmitter(a.facts, a.scan_plan(), a.chain_plan()).run_chain();
     if (options.window_scan) return detail::ScanEmitter(a.facts, a.scan_plan(), detail::ChainPlan{}).run_scan();

@@ -35,6 +35,12 @@
 // slots instead of loading the leaving rows, and the loops after them load them as before.
 // Bodies of more than 300, 600 or 1500 live instructions batch at most 4, 2 or 1 rows (NVRTC's time grows
 // with the copies of the body).
+// Repair flags: a column scan of a kernel from ir::flag_refolds runs no refold; each Flag instruction ORs its
+// condition into a per-pass boolean, and a pass (a column's time tile) where one held sets its bit in the
+// `flags` words (atomicOr, once per pass). The repair pass (CudaEmitOptions::repair: the generic one-loop column
+// scan of the kernel with its refolds) then runs again only the passes whose bit is set, writing their outputs
+// over the main kernel's: rows of clean data pay the guard's arithmetic and an OR, a tile with a spike pays
+// its pass once more (docs/numerics.md, select.hpp).
 // Refolds (kernel_ir.hpp): in every kind of row, a Refold instruction is `if (when) { the window's rows
 // again, from the panel (and rings), in compensated sums; the epilogue; the exports }`, and its RefoldValues
 // read the exports or their fallbacks (a phi: rows without a refold pay the test alone); echo rings that
@@ -59,6 +65,8 @@
 //     out[0..no)   : T*         output panels, kernel.outputs order
 //     out_ld[0..no): long long
 //     rows, cols, tile_rows, ntiles : long long
+//     flags, flag_words : unsigned*, long long   (column scans that raise repair flags, and repair passes:
+//                                                  ntiles * flag_words words, flag_words = ceil(cols / 32))
 // so the host fills a uint64_t array of cuda_param_words() words and passes its address.
 #pragma once
 
@@ -75,7 +83,8 @@ namespace fj::codegen {
 
 // Bump whenever the generated code changes for the same IR: it is part of every cache key.
 // 19: column scans run the kernels' refolds (window and chained scans are emitted without them).
-inline constexpr int kCudaCodegenVersion = 19;
+// 20: column scans raise repair flags (ir::flag_refolds) and repair passes rerun the flagged passes with refolds.
+inline constexpr int kCudaCodegenVersion = 20;
 
 // The longest time tile a launch may use (launch_config caps it): states then live for at most this
 // many rows plus the halo, which bounds counters enough to keep them in 32-bit registers.
@@ -160,6 +169,9 @@ struct CudaEmitOptions {
     // what their phase A gathers) and the batched loop of column scans with register loads (a check of the
     // counters' conditions on the batch's rows, in registers already, before it; quiet_check.cpp).
     bool quiet_batches = true;
+    // The repair pass (above, "Repair flags"): a column scan that runs a column's tile only where the flags
+    // words say the main kernel's pass needs the kernel's refolds; generic kernels only.
+    bool repair = false;
 
     bool operator==(const CudaEmitOptions&) const = default;
 };
@@ -271,10 +283,12 @@ CudaColumnScanShape cuda_column_scan_shape(const CudaKernelAnalysis& analysis, c
 std::string emit_cuda(const CudaKernelAnalysis& analysis, const CudaEmitOptions& options, CudaColumnScanShape* shape = nullptr);
 
 
-// Words in the parameter block of `kernel` (see the ABI above).
+// Words in the parameter block of `kernel` (see the ABI above), without the repair flags' two.
 inline int cuda_param_words(const ir::Kernel& kernel) {
     return 2 * static_cast<int>(kernel.inputs.size()) + 2 * static_cast<int>(kernel.outputs.size()) + 4;
 }
+// The flags words a pass over panels of `cols` columns takes per time tile.
+inline long long cuda_flag_words(long long cols) { return (cols + 31) / 32; }
 
 // NVRTC options for an arch ("sm_90"); `fmad` allows fused multiply-add contraction.
 std::vector<std::string> cuda_compile_options(const std::string& arch, bool fmad);

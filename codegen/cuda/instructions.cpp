@@ -298,6 +298,12 @@ void InstructionPrinter::inst(int ind, int u, std::size_t i, const RowMode& m) {
         for (std::size_t e = 0; e < echo_.size(); ++e)
             if (static_cast<std::size_t>(echo_[e].later) == i) return def(fmt::format("ve{}", e));
     if (x.op == Prim::Refold) return refold(ind, u, i, m);
+    if (x.op == Prim::Flag) {  // (ir::flag_refolds; rows past row_end in a pass's last batch raise none)
+        if (m.window_scan) bad_ir(k_, i, "window scans raise no repair flags (select_kernel plans them from the kernel without)");
+        if (m.tail && u > 0) line(ind, "fj_need |= v{} && {} < row_end;", x.a, row(u));
+        else line(ind, "fj_need |= v{};", x.a);
+        return;
+    }
     if (x.op == Prim::RefoldValue) {  // (its Refold declared rv<i>)
         if (x.a < f_.refold_at[static_cast<std::size_t>(x.slot)]) return def(fmt::format("rv{}", i));
         return def(fmt::format("v{} ? rv{} : {}", k_.body[static_cast<std::size_t>(f_.refold_at[static_cast<std::size_t>(x.slot)])].a,
@@ -404,7 +410,7 @@ void InstructionPrinter::inst(int ind, int u, std::size_t i, const RowMode& m) {
             def(fmt::format("((unsigned long long)__double_as_longlong({}) << 1) > 0xffe0000000000000ULL", v(x.a)));
         }
         break;
-    case Prim::Refold: case Prim::RefoldValue: break;  // (above)
+    case Prim::Refold: case Prim::RefoldValue: case Prim::Flag: break;  // (above)
     case Prim::Outer: case Prim::Fold: bad_ir(k_, i, "a refold's instruction in the main body");
     default: {
         auto name = [&](std::int32_t o) { return o < 0 ? std::string() : v(o); };

@@ -81,7 +81,7 @@ void KernelFacts::pass_only_lags() {
         std::vector<bool>& unread = it->second;
         for (std::size_t k = n; k-- > 0;) {
             const Inst& y = kernel.body[k];
-            if (!live[k] || y.op == Prim::StoreState || y.op == Prim::RingPush || y.op == Prim::Output) continue;
+            if (!live[k] || y.op == Prim::StoreState || y.op == Prim::RingPush || y.op == Prim::Output || y.op == Prim::Flag) continue;
             const auto v = static_cast<std::int32_t>(k);
             unread[k] = std::all_of(users[k].begin(), users[k].end(), [&](std::size_t u) {
                 const Inst& z = kernel.body[u];
@@ -105,7 +105,8 @@ void KernelFacts::pass_only_lags() {
 std::vector<bool> KernelFacts::live_from_effects(const std::vector<bool>& given) const {
     std::vector<bool> live(kernel.body.size(), false);
     for (std::size_t i = 0; i < kernel.body.size(); ++i)
-        live[i] = kernel.body[i].op == Prim::StoreState || kernel.body[i].op == Prim::RingPush || kernel.body[i].op == Prim::Output;
+        live[i] = kernel.body[i].op == Prim::StoreState || kernel.body[i].op == Prim::RingPush || kernel.body[i].op == Prim::Output ||
+                  kernel.body[i].op == Prim::Flag;
     operand_closure(live, [&](std::size_t i) { return !given.empty() && given[i] ? Reach::Leaf : Reach::Expand; });
     return live;
 }

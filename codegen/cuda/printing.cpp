@@ -115,6 +115,9 @@ void print_header(Source& out, const KernelFacts& f, const HeaderParts& parts) {
     for (std::size_t i = 0; i < k.outputs.size(); ++i) out.line(1, "{}* out{};", T, i);
     for (std::size_t i = 0; i < k.outputs.size(); ++i) out.line(1, "long long out_ld{};", i);
     out.line(1, "long long rows, cols, tile_rows, ntiles;");
+    // Flags (codegen/cuda/emit.hpp): bit j % 32 of word tile * flag_words + j / 32, raised where column j's pass
+    // over that tile needs its refolds.
+    if (parts.flags) out.line(1, "unsigned* flags; long long flag_words;");
     if (parts.window_scan) {
         // Window scans: per input, the tensor maps of its batch copies and of the ring's mirror rows
         // (kWindowScanBatchRows and kWindowScanMirrorRows rows of kWindowScanColumns columns; the

@@ -65,6 +65,7 @@ struct HeaderParts {
     bool echo_rings = false;
     bool cache_hints = false;
     bool window_scan = false;
+    bool flags = false;  // the repair flags' words (column scans that raise flags, and their repair pass)
 };
 // The comment naming the kernel, its macros and device functions, and its parameter struct.
 void print_header(Source& out, const KernelFacts& facts, const HeaderParts& parts);

@@ -55,7 +55,7 @@ void plan_quiet_batches(const KernelFacts& f, ColumnScanPlan& p) {
         for (const EchoRing& e : p.echo) echoed |= static_cast<std::size_t>(e.later) == i;
         if (!live[i] || echoed || f.counter_state[i] >= 0 || f.counter_part[i] || f.sticky_of[i] >= 0 ||
             x.op == Prim::RingRead || x.op == Prim::StoreState || x.op == Prim::RingPush || x.op == Prim::Output ||
-            x.op == Prim::Refold || x.op == Prim::RefoldValue)
+            x.op == Prim::Refold || x.op == Prim::RefoldValue || x.op == Prim::Flag)
             return Reach::Fail;
         if (x.op != Prim::LoadState) return Reach::Expand;
         std::int32_t store = -1;  // its state's one store, of an input

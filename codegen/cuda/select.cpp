@@ -56,13 +56,24 @@ int long_window_inputs(const ir::Kernel& kernel) {
 KernelChoice select_kernel(const ir::Kernel& kernel, DType dtype, const PanelClass& panels, const DeviceFacts& device,
                            const CudaSettings& settings) {
     KernelChoice c;
-    // No kernel shape runs refolds on CUDA yet: every choice is emitted from the kernel as if no refold ever
-    // ran (ir::without_refolds), the code of before refolds, whose running sums keep the accuracy they had
-    // then (docs/numerics.md). The column scan can emit refolds (codegen/cuda/instructions.cpp, tested by
-    // tests/test_cuda_emulated.cpp), but with a refold block per batch row the headline kernel took 128
-    // registers, a 242 KB cubin and 2.26 ms for G1 at 20,000 x 20,000 against 1.42 ms without (H200,
-    // bench/RESULTS.md): it waits for a structure with one refold site per kernel, as the CPU backend's.
+    // Refolds on CUDA. With FJ_CUDA_GUARD=1 a column scan runs the kernel with its refolds as repair flags
+    // (ir::flag_refolds), and the repair pass (select_repair_kernel) runs the flagged passes again with the
+    // refolds: the spike tests pass on the H200 that way, but the flags' guards took the headline kernel from
+    // 114 to 158 registers and G1 at 20,000 x 20,000 from 1.42 to 1.93 ms (G5 from 64 to 29 % of copy
+    // bandwidth; bench/RESULTS.md), so it is off until the guard costs less. A refold block in each of a
+    // batch's rows, the first try, took 128 registers and 2.26 ms. By default, and always for window and chained
+    // scans (their sums are chained across a block's warps: no guard yet), the code is chosen and emitted from
+    // the kernel as if no refold ever ran (ir::without_refolds; docs/numerics.md).
     if (!kernel.refolds.empty()) c.scan_kernel = std::make_shared<const ir::Kernel>(ir::without_refolds(kernel));
+    // The column scan's kernel (after the window scans were considered, which look at the one without refolds).
+    auto column_scan = [&]() -> KernelChoice& {
+        if (!kernel.refolds.empty() && settings.guard == 1) {
+            c.analysis.reset();  // (of the kernel without refolds)
+            c.scan_kernel = std::make_shared<const ir::Kernel>(ir::flag_refolds(kernel));
+            c.flags = true;
+        }
+        return c;
+    };
     const ir::Kernel& k = c.kernel_for(kernel);
     const bool fixed = !panels.strides.empty();
     c.settings = fixed ? specialised_settings(settings) : settings;
@@ -74,7 +85,7 @@ KernelChoice select_kernel(const ir::Kernel& kernel, DType dtype, const PanelCla
     eo.big_body_shapes = s.big_body_shapes;
     eo.one_loop = s.one_loop;
     eo.rsqrt_refine = s.rsqrt_refine;
-    if (!fixed) return c;
+    if (!fixed) return column_scan();
     eo.l2_prefetch_rows = s.l2_prefetch < 0 ? kSpecializedL2Prefetch : s.l2_prefetch;
     eo.batched_edges = s.batched_edges;
     eo.warm_only_rows = s.warm_rows;
@@ -86,7 +97,7 @@ KernelChoice select_kernel(const ir::Kernel& kernel, DType dtype, const PanelCla
     int major = 0, minor = 0;
     parse_arch(device.arch, &major, &minor);
     const bool wanted = s.window_scan == 1 || (s.window_scan == -1 && long_window_inputs(k) >= kWindowScanMinInputs);
-    if (major * 10 + minor < kWindowScanMinArch || !panels.tensor_copies || !wanted) return c;
+    if (major * 10 + minor < kWindowScanMinArch || !panels.tensor_copies || !wanted) return column_scan();
     // One analysis of the kernel for both variants' layouts and the emission of whichever is chosen (it refers
     // to the kernel it analysed: a stripped one is kept alive with it).
     std::shared_ptr<const CudaKernelAnalysis> analysis;
@@ -119,7 +130,21 @@ KernelChoice select_kernel(const ir::Kernel& kernel, DType dtype, const PanelCla
         c.shape = KernelShape::WindowScan;
         c.options = std::move(scan);
         c.scan = std::move(l);
+        return c;
     }
+    return column_scan();
+}
+
+KernelChoice select_repair_kernel(DType dtype, const CudaSettings& settings) {
+    KernelChoice c;
+    c.settings = settings;
+    c.settings.one_loop = 1;
+    CudaEmitOptions& eo = c.options;
+    eo.dtype = dtype;
+    eo.unroll = 1;
+    eo.one_loop = true;
+    eo.rsqrt_refine = settings.rsqrt_refine;
+    eo.repair = true;
     return c;
 }
 

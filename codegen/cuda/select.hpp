@@ -79,10 +79,14 @@ struct KernelChoice {
     CudaEmitOptions options;  // what emit_cuda generates
     WindowScanLayout scan;    // window scans' launch needs (smem_bytes 0 for column scans)
     CudaSettings settings;    // the settings the choice was made with (specialised: their rows per batch)
-    // Window and chained scans do not run refolds yet (kernel_ir.hpp; docs/numerics.md says so): they are
-    // planned and emitted from the kernel as if no refold ever ran, ir::without_refolds(kernel), which this
-    // owns (null for column scans, which run the kernel given, refolds and all; and for kernels without refolds).
+    // For kernels with refolds, what the choice's code is generated from (null for the others): column scans,
+    // ir::flag_refolds(kernel), whose passes raise repair flags for select_repair_kernel's pass; window and
+    // chained scans, which have no guard yet (docs/numerics.md), ir::without_refolds(kernel).
     std::shared_ptr<const ir::Kernel> scan_kernel;
+    // Whether the code raises repair flags (a column scan of a kernel with refolds): its launches take the flags
+    // words, zeroed first, and the repair pass (select_repair_kernel) follows them on the same stream with the same
+    // tiles (emit.hpp, "Repair flags").
+    bool flags = false;
     // The emitter's analysis of the kernel, made once while choosing (specialised kernels), so that emitting
     // the choice does not analyse the kernel again; it refers to the kernel (or to scan_kernel, which it then
     // keeps alive itself), which must outlive it.
@@ -99,5 +103,11 @@ int long_window_inputs(const ir::Kernel& kernel);
 
 KernelChoice select_kernel(const ir::Kernel& kernel, DType dtype, const PanelClass& panels, const DeviceFacts& device,
                            const CudaSettings& settings);
+
+// The repair pass of kernels with refolds: the generic column scan of the kernel, refolds and all, in one
+// guarded loop (one copy of the body: it runs rarely, and its compile adds to every cold compile), that runs a
+// column's time tile only where its flag is set. Any block size and grid; tile_rows and ntiles as the main
+// kernel's launch.
+KernelChoice select_repair_kernel(DType dtype, const CudaSettings& settings);
 
 }  // namespace fj::codegen

@@ -50,6 +50,9 @@ struct LoadedKernel {
     // block (blocks of their __launch_bounds__ threads owning codegen::kWindowScanColumns columns) and the
     // rows of their tensor copies.
     codegen::WindowScanLayout scan;
+    // A column scan of a kernel with refolds: its launches take the repair flags' words, and the kernel's repair
+    // pass follows it (KernelChoice::flags).
+    bool flags = false;
 };
 
 using ArgRef = codegen::Plan::Slot;  // where a kernel argument's panel lives in a run
@@ -68,6 +71,8 @@ struct KernelInfo {  // one kernel of an executable
     std::vector<long long> fixed_strides;
     CacheSource fixed_source = CacheSource::Compiled;
     double fixed_ms = 0;
+    // Kernels with refolds: the repair pass (codegen::select_repair_kernel), run after a kernel that raises flags.
+    std::shared_ptr<const LoadedKernel> repair;
 };
 
 // Gives the kernel specialised on these panels (codegen::select_kernel's choice), from the caches or
@@ -260,10 +265,31 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
         words_.push_back(static_cast<std::uint64_t>(cols));
         words_.push_back(static_cast<std::uint64_t>(s.tile_rows));
         words_.push_back(static_cast<std::uint64_t>(s.ntiles));
+        const bool flags = run_kernels_[i]->flags;
+        CUdeviceptr flag_words = 0;
+        if (flags) {
+            // One bit per column and time tile, zeroed on the stream before the kernel raises them.
+            const std::size_t words = static_cast<std::size_t>(s.ntiles) * static_cast<std::size_t>(codegen::cuda_flag_words(cols));
+            flag_words = mem.alloc(words * sizeof(std::uint32_t));
+            FJ_CU(cuMemsetD32Async, flag_words, 0u, words, stream_);
+            words_.push_back(flag_words);
+            words_.push_back(static_cast<std::uint64_t>(codegen::cuda_flag_words(cols)));
+        }
         if (run_kernels_[i]->scan.smem_bytes > 0) append_tensor_maps(k, rows, cols, run_kernels_[i]->scan.box_rows);
         void* params[] = {words_.data()};
         FJ_CU(cuLaunchKernel, shape_fn_[i], static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.grid_y), 1u,
               static_cast<unsigned>(s.block), 1u, 1u, static_cast<unsigned>(shape_smem_[i]), stream_, params, nullptr);
+        if (flags) {
+            // The repair pass over the same tiles: a block's threads read their flag and leave, except where a pass
+            // needs its refolds (docs/numerics.md). Its own block size; as many tiles per grid row as fit.
+            if (!k.repair) throw BackendError(fmt::format("cuda: kernel {} raises repair flags but has no repair pass", k.kernel->name));
+            const LoadedKernel& r = *k.repair;
+            const std::int64_t grid_x = (cols + r.block - 1) / r.block;
+            const std::int64_t grid_y = std::min<std::int64_t>(s.ntiles, dev_.max_grid_y);
+            FJ_CU(cuLaunchKernel, r.fn, static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), 1u,
+                  static_cast<unsigned>(r.block), 1u, 1u, 0u, stream_, params, nullptr);
+            mem.release(flag_words);
+        }
         // Intermediates nothing later reads go back to the pool, ordered after this step on the stream.
         for (int m : plan_.steps[i].frees) {
             mem.release(tmp_views_[static_cast<std::size_t>(m)].ptr);
@@ -357,6 +383,7 @@ std::shared_ptr<const LoadedKernel> CudaBackend::load(const std::string& key, co
     const int smem_per_thread = e.smem_per_thread;
     lk->smem_per_thread = smem_per_thread;
     lk->scan = choice.scan;
+    lk->flags = choice.flags;
     const int block_smem = lk->scan.smem_bytes;
     FJ_CU(cuModuleLoadData, &lk->module, e.image.data());
     try {
@@ -415,44 +442,62 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
     codegen::refuse_row_steps(plan, "CUDA");  // row steps (cross-sectional operators) have no CUDA kernels yet
     const std::size_t n = plan.steps.size();
     std::vector<KernelInfo> kernels(n);
-    std::vector<KernelChoice> choices(n);
-    std::vector<std::string> keys(n);
+    // What to load: each step's generic kernel, and with FJ_CUDA_GUARD=1 for kernels with refolds their repair
+    // pass too (any shape a run picks may be a column scan that raises flags).
+    struct Job {
+        std::size_t step;
+        bool repair;
+        KernelChoice choice;
+        std::string key;
+    };
+    std::vector<Job> jobs;
     std::vector<std::size_t> missing;
     {
         std::lock_guard<std::mutex> lock(mutex_);
         for (std::size_t i = 0; i < n; ++i) {
             kernels[i].kernel = &plan.steps[i].kernel;
-            choices[i] = codegen::select_kernel(*kernels[i].kernel, dtype, {}, facts, settings);
-            keys[i] = cuda_kernel_key(*kernels[i].kernel, dtype, target_.arch, target_.cubin, choices[i]);
-            auto it = loaded_.find(keys[i]);
-            if (it != loaded_.end()) {
-                kernels[i].loaded = it->second;
-                kernels[i].source = CacheSource::Memory;
+            jobs.push_back({i, false, codegen::select_kernel(*kernels[i].kernel, dtype, {}, facts, settings), {}});
+            if (!kernels[i].kernel->refolds.empty() && settings.guard == 1)
+                jobs.push_back({i, true, codegen::select_repair_kernel(dtype, settings), {}});
+        }
+        for (std::size_t j = 0; j < jobs.size(); ++j) {
+            Job& job = jobs[j];
+            KernelInfo& k = kernels[job.step];
+            job.key = cuda_kernel_key(*k.kernel, dtype, target_.arch, target_.cubin, job.choice);
+            auto it = loaded_.find(job.key);
+            if (it == loaded_.end()) {
+                missing.push_back(j);
+            } else if (job.repair) {
+                k.repair = it->second;
             } else {
-                missing.push_back(i);
+                k.loaded = it->second;
+                k.source = CacheSource::Memory;
             }
         }
     }
     // Disk reads and compilations in parallel; module loads afterwards, on this thread (context current).
     std::vector<CacheResult> results(missing.size());
     ThreadPool::shared(thread_count(0)).parallel_for(static_cast<std::int64_t>(missing.size()), [&](std::int64_t m, int) {
-        const std::size_t i = missing[static_cast<std::size_t>(m)];
-        results[static_cast<std::size_t>(m)] = KernelCache::global().get(keys[i], [&] {
-            return compile_cuda_kernel(*kernels[i].kernel, dtype, target_.arch, target_.cubin, choices[i]).entry;
+        const Job& job = jobs[missing[static_cast<std::size_t>(m)]];
+        results[static_cast<std::size_t>(m)] = KernelCache::global().get(job.key, [&] {
+            return compile_cuda_kernel(*kernels[job.step].kernel, dtype, target_.arch, target_.cubin, job.choice).entry;
         });
     });
     for (std::size_t m = 0; m < missing.size(); ++m) {
-        const std::size_t i = missing[m];
-        kernels[i].source = results[m].source;
-        kernels[i].ms = results[m].ms;
+        const Job& job = jobs[missing[m]];
+        KernelInfo& k = kernels[job.step];
+        if (!job.repair) {
+            k.source = results[m].source;
+            k.ms = results[m].ms;
+        }
         std::lock_guard<std::mutex> lock(mutex_);
-        auto it = loaded_.find(keys[i]);
+        auto it = loaded_.find(job.key);
         if (it == loaded_.end()) {
             const auto tl = std::chrono::steady_clock::now();
-            it = loaded_.emplace(keys[i], load(keys[i], *results[m].entry, choices[i])).first;
-            kernels[i].load_ms = ms_since(tl);
+            it = loaded_.emplace(job.key, load(job.key, *results[m].entry, job.choice)).first;
+            if (!job.repair) k.load_ms = ms_since(tl);
         }
-        kernels[i].loaded = it->second;
+        (job.repair ? k.repair : k.loaded) = it->second;
     }
     Specializer specialize = [this, dtype, facts, settings](const ir::Kernel& k, const codegen::PanelClass& panels,
                                                             CacheSource* source, double* ms) {

@@ -230,6 +230,7 @@ std::string cuda_kernel_key(const ir::Kernel& kernel, DType dtype, const std::st
                                   kernel.hash(), dtype_name(dtype), codegen::kCudaCodegenVersion, arch, cubin ? "" : "(ptx)",
                                   n.version, opts, static_cast<int>(choice.shape));
     if (choice.fixed()) key += fmt::format(" ld=[{}]", fmt::join(choice.options.strides, ","));
+    if (choice.options.repair) key += " repair";
     return key + codegen::cache_key_text(choice.settings, choice.fixed());
 }
 
