@@ -48,10 +48,10 @@ std::uint64_t order_key(double x) {
 // Sorts by key; equal keys keep their order where `stable` (the radix sort always does). Rows are long (thousands of columns) and their keys
 // share most bytes (float32 values as doubles end in zero bytes; group ids differ in a few high bits): a
 // least-significant-digit radix sort over the bytes that differ, 8 bits a pass, where that beats
-// a comparison sort. Measured on 2,000 x 4,000 float32 panels (100 + N(0,1); 50 group ids), 2 cores, per
-// cell: rank 84 ns with std::sort of (value, position) pairs, 20 ns with this; group_neutralize 81 -> 18 ns;
-// group_rank 160 -> 54 ns (its groups of ~80 values are comparison-sorted; one radix sort by (group, value)
-// would save most of the rest); mean(window(A, 20)) 2.8 ns for scale.
+// a comparison sort. Measured with bench/bench_rows (2,000 x 4,000 float32, 100 + N(0,1), 50 group ids, 2
+// cores of a busy VM), per cell: rank 84 ns with std::sort of (value, position) pairs, 20-25 ns with this;
+// group_neutralize 81 -> 18-25 ns; group_rank 160 -> 54 ns sorting each group of ~80 values on its own, 32-39
+// ns sorting the row by value, then stably by group (by_value below); mean(window(A, 20)) 2.8-3.2 ns.
 void sort_keyed(std::vector<Keyed>& a, std::vector<Keyed>& tmp, bool stable) {
     const std::size_t n = a.size();
     if (n < 256) {  // the radix sort's 8 x 256 counters cost more than a short comparison sort
@@ -106,9 +106,20 @@ Mean mean_of(std::span<const double> v) {
 }
 
 // Average-tie rank divided by the count, in (0, 1]: the run of equal values at sorted positions
-// i..j-1 (0-based) shares the rank (i + 1 + j) / 2.
+// i..j-1 (0-based) shares the rank (i + 1 + j) / 2. one_row hands the values in ascending order (the
+// table's by_value), so the sort below is only for other callers.
 void rank(std::span<const double> v, std::span<double> out, Scratch& s) {
     const std::size_t n = v.size();
+    if (std::is_sorted(v.begin(), v.end())) {
+        for (std::size_t i = 0; i < n;) {
+            std::size_t j = i + 1;
+            while (j < n && v[j] == v[i]) ++j;  // a run of equal values: ties (-0 and +0 too)
+            const double r = (static_cast<double>(i + 1 + j) / 2.0) / static_cast<double>(n);
+            std::fill(out.begin() + static_cast<std::ptrdiff_t>(i), out.begin() + static_cast<std::ptrdiff_t>(j), r);
+            i = j;
+        }
+        return;
+    }
     s.sorted.resize(n);
     for (std::size_t k = 0; k < n; ++k) s.sorted[k] = {order_key(v[k]), static_cast<std::uint32_t>(k)};
     sort_keyed(s.sorted, s.tmp, false);  // ties share a rank: their order does not matter
@@ -158,18 +169,20 @@ using GroupFn = void (*)(std::span<const double>, std::span<double>, Scratch&);
 struct RowOpDef {
     Op op;
     GroupFn fn;
-    bool grouped;  // within the groups of the second argument's ids, else over the whole row
+    bool grouped;   // within the groups of the second argument's ids, else over the whole row
+    bool by_value;  // fn gets each group's values in ascending order (else in column order): the sort that
+                    // groups a row orders its values too, cheaper than sorting each group again
 };
 
 // The one table: a new cross-sectional operator is a function above and a row here.
 constexpr RowOpDef kRowOps[] = {
-    {Op::Rank, rank, false},
-    {Op::ZScore, zscore, false},
-    {Op::Demean, demean, false},
-    {Op::Scale, scale, false},
-    {Op::GroupNeutralize, demean, true},
-    {Op::GroupRank, rank, true},
-    {Op::GroupZScore, zscore, true},
+    {Op::Rank, rank, false, true},
+    {Op::ZScore, zscore, false, false},
+    {Op::Demean, demean, false, false},
+    {Op::Scale, scale, false, false},
+    {Op::GroupNeutralize, demean, true, false},
+    {Op::GroupRank, rank, true, true},
+    {Op::GroupZScore, zscore, true, false},
 };
 
 const RowOpDef* find_op(Op op) {
@@ -201,12 +214,21 @@ void one_row(const RowOpDef& def, std::int64_t cols, Scratch& s) {
         const std::size_t i = static_cast<std::size_t>(j);
         if (!std::isnan(s.x[i]) && !(def.grouped && std::isnan(s.g[i]))) s.members.push_back(j);
     }
-    if (def.grouped) {  // columns of one group next to each other, in column order within it (a stable sort)
-        s.sorted.resize(s.members.size());
-        for (std::size_t k = 0; k < s.members.size(); ++k)
-            s.sorted[k] = {order_key(s.g[static_cast<std::size_t>(s.members[k])]), static_cast<std::uint32_t>(s.members[k])};
-        sort_keyed(s.sorted, s.tmp, true);
-        for (std::size_t k = 0; k < s.members.size(); ++k) s.members[k] = s.sorted[k].pos;
+    // The order of the members: by value where the operator wants it, then (stably) by group id, so that
+    // a group's columns are next to each other, in ascending value or column order.
+    if (def.by_value || def.grouped) {
+        const std::size_t m = s.members.size();
+        s.sorted.resize(m);
+        for (std::size_t k = 0; k < m; ++k) {
+            const auto j = static_cast<std::size_t>(s.members[k]);
+            s.sorted[k] = {def.by_value ? order_key(s.x[j]) : 0, static_cast<std::uint32_t>(j)};
+        }
+        if (def.by_value) sort_keyed(s.sorted, s.tmp, false);  // equal values: any order
+        if (def.grouped) {
+            for (Keyed& e : s.sorted) e.key = order_key(s.g[e.pos]);
+            sort_keyed(s.sorted, s.tmp, true);
+        }
+        for (std::size_t k = 0; k < m; ++k) s.members[k] = s.sorted[k].pos;
     }
     for (std::size_t begin = 0; begin < s.members.size();) {
         std::size_t end = begin + 1;
@@ -255,6 +277,8 @@ void run_row_step(Op op, const RowPanel& x, const RowPanel* g, const std::vector
     if (def->grouped != (g != nullptr))
         throw BackendError(fmt::format("cpu: row step '{}' needs {} group panel", op_name(op), def->grouped ? "a" : "no"));
     if (rows <= 0 || cols <= 0) return;
+    if (cols > std::numeric_limits<std::uint32_t>::max())  // Keyed::pos
+        throw InputError(fmt::format("cpu: row step '{}': {} columns; at most 2^32 - 1", op_name(op), cols));
     if (dtype == DType::F32) rows_of<float>(*def, x, g, outputs, rows, cols, pool);
     else rows_of<double>(*def, x, g, outputs, rows, cols, pool);
 }
