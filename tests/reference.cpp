@@ -279,6 +279,8 @@ std::vector<double> cross_section_reduce(fj::Op op, const std::vector<double>& v
     case Op::ZScore: {
         if (n < 2 || all_equal(v)) return out;  // ddof = 1; a constant group: 0 / 0
         const long double m = mean_of(v), sd = std::sqrt(variance_of(v));
+        // Beyond float64's range, the sum of squares overflows: NaN, as var and std of windows.
+        if (variance_of(v) * static_cast<long double>(n - 1) > std::numeric_limits<double>::max()) return out;
         for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<double>((v[i] - m) / sd);
         return out;
     }

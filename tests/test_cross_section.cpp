@@ -177,6 +177,19 @@ TEST_CASE_TEMPLATE_DEFINE("every cross-sectional operator against the reference"
 }
 TEST_CASE_TEMPLATE_APPLY(cross_ops, fj::test::CpuTargets);
 
+TEST_CASE("float64 rows beyond 1e154: zscore is NaN where its sum of squares overflows, the rest as usual") {
+    Dataset ds = cross_data("N(0,1), rows x 1e160", 40, 23, Flavour::Normal, 38);
+    for (const char* name : {"A", "B"})
+        for (std::size_t i = 0; i < ds.inputs.at(name).size(); ++i)
+            if ((i / 23) % 3 == 1) ds.inputs.at(name)[i] *= 1e160;
+    fj::CompileOptions o;
+    o.backend = fj::Backend::Cpu;
+    fj::test::check_each(every_cross_op(), ds, fj::DType::F64, o);
+    const auto ref = fj::test::reference(fj::zscore(A), ds.inputs, ds.rows, ds.cols);
+    CHECK(std::isnan(ref[23 + 1]));  // row 1 (x 1e160) overflows; row 0 does not
+    CHECK(!std::isnan(ref[1]));
+}
+
 TEST_CASE_TEMPLATE_DEFINE("time-series and row steps mixed, on any time tile and thread count", T, cross_mixed) {
     const Dataset ds = cross_data("price, messy", 260, 37, Flavour::Price, 41);
     std::optional<std::map<std::string, std::vector<double>>> first;

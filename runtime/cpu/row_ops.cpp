@@ -1,7 +1,8 @@
 // Cross-sectional operators on the CPU (docs/operators.md, "Cross-sectional"): each defined once, as a
 // function of one group's valid values, in the table kRowOps; run_row_step does the rest for all of them:
 // rows over the thread pool, NaN values left out (they stay NaN), the groups of a row found by sorting
-// its columns by group id, float32 or float64 panels read and written, arithmetic in float64.
+// its columns by group id (and by value first, for the ranks), float32 or float64 panels read and
+// written, arithmetic in float64.
 #include "runtime/cpu/row_ops.hpp"
 
 #include <algorithm>
@@ -34,7 +35,7 @@ struct Scratch {
     std::vector<double> x, g, result;        // one row, as float64
     std::vector<std::int64_t> members;       // the valid columns of the row, grouped
     std::vector<double> values, out;         // one group's values and results
-    std::vector<Keyed> sorted, tmp;          // sorts: a group's values for ranks, a row's group ids
+    std::vector<Keyed> sorted, tmp;          // the row's order (by value, by group id), and the sorts' buffer
 };
 
 // ---- sorting ---------------------------------------------------------------------------------------
@@ -45,10 +46,10 @@ std::uint64_t order_key(double x) {
     return bits >> 63 ? ~bits : bits | (std::uint64_t{1} << 63);
 }
 
-// Sorts by key; equal keys keep their order where `stable` (the radix sort always does). Rows are long (thousands of columns) and their keys
-// share most bytes (float32 values as doubles end in zero bytes; group ids differ in a few high bits): a
-// least-significant-digit radix sort over the bytes that differ, 8 bits a pass, where that beats
-// a comparison sort. Measured with bench/bench_rows (2,000 x 4,000 float32, 100 + N(0,1), 50 group ids, 2
+// Sorts by key; equal keys keep their order where `stable` (the radix sort always does). Rows are long
+// (thousands of columns) and their keys share most bytes (float32 values as doubles end in zero bytes; group
+// ids differ in a few high bits): a least-significant-digit radix sort over the bytes that differ, 8 bits a
+// pass, where that beats a comparison sort. Measured with bench/bench_rows (2,000 x 4,000 float32, 100 + N(0,1), 50 group ids, 2
 // cores of a busy VM), per cell: rank 84 ns with std::sort of (value, position) pairs, 20-25 ns with this;
 // group_neutralize 81 -> 18-25 ns; group_rank 160 -> 54 ns sorting each group of ~80 values on its own, 32-39
 // ns sorting the row by value, then stably by group (by_value below); mean(window(A, 20)) 2.8-3.2 ns.
@@ -143,7 +144,8 @@ void demean(std::span<const double> v, std::span<double> out, Scratch&) {
 }
 
 // (x - mean) / std, ddof = 1: NaN for fewer than 2 values and for a constant group (0 / 0), tested
-// exactly so that rounding never makes a huge score of a constant group.
+// exactly so that rounding never makes a huge score of a constant group; NaN too where the sum of squares
+// overflows (deviations beyond about 1e154), as var and std of windows are, rather than x / inf = 0.
 void zscore(std::span<const double> v, std::span<double> out, Scratch&) {
     const std::size_t n = v.size();
     if (n < 2 || all_equal(v)) {
@@ -153,6 +155,7 @@ void zscore(std::span<const double> v, std::span<double> out, Scratch&) {
     const Mean m = mean_of(v);
     double ss = 0;
     for (double x : v) ss += m.deviation(x) * m.deviation(x);
+    if (std::isinf(ss)) ss = kNaN;
     const double sd = std::sqrt(ss / static_cast<double>(n - 1));
     for (std::size_t k = 0; k < n; ++k) out[k] = m.deviation(v[k]) / sd;
 }
