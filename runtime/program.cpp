@@ -111,15 +111,16 @@ Program compile(const std::vector<std::pair<std::string, Expr>>& outputs, const 
     const codegen::Plan& plan = *impl->plans[0];
     if (plan.has_row_steps() && !impl->impl->runs_row_steps()) {
         rt::BackendImpl* cpu = rt::cpu_backend();
+        const std::string backend = impl->backend == Backend::Cuda ? "CUDA" : impl->impl->name();
         if (options.backend == Backend::Auto && cpu && cpu->runs_row_steps()) {
             if (!std::getenv("FJ_QUIET"))
                 std::fprintf(stderr, "factorjit: cross-sectional operator '%s' is not on the %s backend yet; running "
                                      "this program on the CPU\n",
-                             std::string(op_name(plan.first_row_step()->row_op()->op)).c_str(), impl->impl->name());
+                             std::string(op_name(plan.first_row_step()->row_op()->op)).c_str(), backend.c_str());
             impl->impl = cpu;
             impl->backend = Backend::Cpu;
         } else {
-            codegen::refuse_row_steps(plan, impl->backend == Backend::Cuda ? "CUDA" : impl->impl->name());
+            codegen::refuse_row_steps(plan, backend);
         }
     }
     return Program(impl);

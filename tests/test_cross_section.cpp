@@ -255,6 +255,23 @@ TEST_CASE_TEMPLATE_DEFINE("ranks of computed values: rank(-1 * correlation(open,
 }
 TEST_CASE_TEMPLATE_APPLY(cross_computed, fj::test::CpuTargets);
 
+TEST_CASE("explain() shows row steps, the panels alive and the CPU's row-step line") {
+    fj::CompileOptions o;
+    o.backend = fj::Backend::Cpu;
+    const fj::Program p = fj::compile({{"r", fj::mean(fj::window(fj::rank(A), 5))}}, o);
+    std::vector<float> a(100, 1.0f), r(100);
+    p.run({{"A", fj::Panel::host(a.data(), 20, 5)}}, {{"r", fj::Panel::host(r.data(), 20, 5)}});
+    const std::string text = p.explain();
+    CAPTURE(text);
+    CHECK(text.find("step 0: row (rank over whole rows, reads [A]), no halo of its own (0 along its chain), 3 panel(s) "
+                    "alive (1 intermediate(s))") != std::string::npos);
+    CHECK(text.find("step 1: time series, halo 4 rows (4 along its chain)") != std::string::npos);
+    CHECK(text.find("memory: 1 input and 1 output panel(s), at most 1 intermediate(s) alive at once: 3 panel(s)") !=
+          std::string::npos);
+    CHECK(text.find("step 0 row step") != std::string::npos);
+    CHECK(r[99] == 0.6f);  // a constant row: every rank (1 + 5) / 2 / 5
+}
+
 TEST_CASE("the CUDA backend refuses row steps with a clear message; the CPU runs them") {
     const fj::codegen::Plan p = fj::codegen::make_plan({{"r", fj::rank(-A)}, {"m", fj::mean(fj::window(A, 3))}});
     try {
