@@ -269,6 +269,8 @@ TEST_CASE("explain() shows row steps, the panels alive and the CPU's row-step li
     CHECK(text.find("memory: 1 input and 1 output panel(s), at most 1 intermediate(s) alive at once: 3 panel(s)") !=
           std::string::npos);
     CHECK(text.find("step 0 row step") != std::string::npos);
+    CHECK(text.find("last run 20 x 5 float32: at most 0.0012 MB of panels at once (inputs, outputs and 1 intermediate(s))") !=
+          std::string::npos);
     CHECK(r[99] == 0.6f);  // a constant row: every rank (1 + 5) / 2 / 5
 }
 

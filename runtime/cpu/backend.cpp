@@ -3,6 +3,7 @@
 // steps (cross-sectional operators) run over whole rows (runtime/cpu/row_ops.cpp). Intermediates between
 // steps live in memory of their own, freed after their last reader.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -35,7 +36,7 @@ std::int64_t auto_block_cols(std::int64_t cols, int lanes) {
 class CpuExecutable final : public Executable {
 public:
     CpuExecutable(const codegen::Plan& plan, DType dtype, const CompileOptions& options)
-        : plan_(plan), options_(options) {
+        : plan_(plan), options_(options), dtype_(dtype) {
         auto& jit = cpu::LlvmJit::instance();
         lanes_ = jit.lanes();
         for (const codegen::Step& step : plan_.steps) {
@@ -55,6 +56,8 @@ public:
         const std::int64_t rows = inputs.empty() ? outputs.front().rows : inputs.front().rows;
         const std::int64_t cols = inputs.empty() ? outputs.front().cols : inputs.front().cols;
         if (rows == 0 || cols == 0) return;
+        last_rows_ = rows;
+        last_cols_ = cols;
         ThreadPool& pool = ThreadPool::shared(thread_count(options_.threads));
         // Intermediates: dense panels (ld = cols) of the run's dtype, made by their producing step and
         // dropped after their last reader.
@@ -131,6 +134,11 @@ public:
                 out += fmt::format("  step {} kernel {}: {}\n", i, plan_.steps[i].kernel.name,
                                    kernels_[i].cache_hit ? std::string("cache hit")
                                                          : fmt::format("compiled in {:.1f} ms", kernels_[i].compile_ms));
+        if (const std::int64_t rows = last_rows_, cols = last_cols_; rows > 0)
+            out += fmt::format("  last run {} x {} {}: at most {:.3g} MB of panels at once (inputs, outputs and {} "
+                               "intermediate(s))\n",
+                               rows, cols, dtype_name(dtype_),
+                               static_cast<double>(plan_.peak_bytes(rows, cols, dtype_)) / 1e6, plan_.peak_intermediates());
         return out;
     }
 
@@ -154,7 +162,9 @@ private:
 
     const codegen::Plan& plan_;
     CompileOptions options_;
+    DType dtype_;
     int lanes_ = 4;
+    std::atomic<std::int64_t> last_rows_{0}, last_cols_{0};  // for explain(); runs may be concurrent
     std::vector<cpu::CompiledKernel> kernels_;
     struct Slots {
         std::vector<codegen::Plan::Slot> in, out;  // kernel slot -> where its panel lives in a run
