@@ -20,7 +20,9 @@
 //   FJ_BENCH_SWEEP="w=250,hints=0 tile=4000 op=max,w=30 ..."   more settings on the 50,000 x 50,000 panel
 //                              (op: corr, the default, or max min std mean of window(A, w);
 //                              "sustained=1": measured in that state, see time_sustained(), instead of time_cool();
-//                              "holes=K": on panels with NaNs in A every K rows of every 32nd column, see fj_bench_gen)
+//                              "holes=K": on panels with NaNs in A every K rows of every 32nd column, see fj_bench_gen;
+//                              "spikes=K": on panels with a bad tick of 1e8 in A in K columns spread evenly, see
+//                              inject_spikes(): with guard=1, what the repair pass costs)
 //   FJ_BENCH_COOL_MS=2000      the idle pause before each 50,000 x 50,000 measurement (see cool_down())
 #include <unistd.h>
 
@@ -210,6 +212,16 @@ void generate(cu::CUdeviceptr a, cu::CUdeviceptr b, long long rows, long long co
     FJ_CU(cuCtxSynchronize);
 }
 
+// One bad tick of 1e8 in each of k columns of a (spread over the columns, at rows spread over the panel): the
+// passes that hold one need their refolds (FJ_CUDA_GUARD=1 reruns them in the repair pass).
+void inject_spikes(cu::CUdeviceptr a, long long rows, long long cols, long long k) {
+    const float tick = 1e8f;
+    for (long long i = 0; i < k; ++i) {
+        const long long j = i * cols / k, t = (rows / 7 + i * 7919) % rows;
+        FJ_CU(cuMemcpyHtoD, a + static_cast<cu::CUdeviceptr>((t * cols + j) * 4), &tick, sizeof tick);
+    }
+}
+
 // Copy bandwidth: DtoD of `bytes`, counting bytes read + written per second, median of 7 copies;
 // `sustain_ms` > 0: after that long of back-to-back copies (the state of time_sustained()).
 double copy_bandwidth(cu::CUdeviceptr dst, cu::CUdeviceptr src, std::size_t bytes, std::string* smi, double sustain_ms = 0) {
@@ -396,6 +408,7 @@ void apply_setting(const std::map<std::string, std::string>& kv) {
                                                             {"chain", "FJ_CUDA_SCAN_CHAIN"}, {"fixed", "FJ_CUDA_FIXED_LD"},
                                                             {"oneloop", "FJ_CUDA_ONE_LOOP"}, {"echo", "FJ_CUDA_ECHO"},
                                                             {"refine", "FJ_CUDA_RSQRT_REFINE"}, {"quiet", "FJ_CUDA_QUIET"},
+                                                            {"guard", "FJ_CUDA_GUARD"},
                                                             {"nvrtc", "FJ_NVRTC_OPTIONS"}};
     for (const auto& [key, var] : vars) {
         auto it = kv.find(key);
@@ -741,9 +754,11 @@ int main(int argc, char** argv) {
                 const auto [expr, reads] = sweep_expr(kv.count("op") ? kv["op"] : "corr", w);
                 fj::Program p = fj::compile({{"c", expr}}, o);
                 const long long holes = kv.count("holes") ? std::stoll(kv["holes"]) : 0;
+                const long long spikes = kv.count("spikes") ? std::stoll(kv["spikes"]) : 0;
                 if (holes > 0) generate(a.p, b.p, T, N, 1, holes);
+                if (spikes > 0) inject_spikes(a.p, T, N, spikes);
                 const Timing t = kv.count("sustained") ? time_sustained(p, in, outs) : time_cool(p, in, outs);
-                if (holes > 0) generate(a.p, b.p, T, N, 1);  // (the clean panels again)
+                if (holes > 0 || spikes > 0) generate(a.p, b.p, T, N, 1);  // (the clean panels again)
                 const double op_floor = floor * (reads + 1) / 3.0;  // its reads and one write
                 std::printf("  sweep %s: %.3f ms, x%.2f its floor (%.3f ms); %s  [smi %s]\n", item.c_str(), t.event_ms,
                             t.event_ms / op_floor, op_floor, launch_summary(p).c_str(), t.smi.c_str());
