@@ -546,6 +546,12 @@ private:
 // shift| is large where the shift is far from the values (a bad tick that was the pass's first value). That
 // part is not accumulated: it is the current window's, `term` times the sums' magnitude now (the sum of
 // squares bounds the centred moment's share by Cauchy-Schwarz; |Sx| bounds the sum's where the shift is far).
+//
+// E adds the sums' magnitude itself (an Add: the FMA units are the CPU kernel's busiest) and is multiplied by
+// c * u / tolerance where it is compared. The sizes it adds are magnitudes, never negative (a plain sum of
+// squares is negative only where rounding has swamped it, by less than u times E, and its centred moment is then
+// negative too, which fires the guard), so E never decreases between refolds: the CPU backend relies on that to
+// test a row group's guards once, with the group's last E (codegen/cpu/emit.cpp, GuardForm).
 struct GuardConstants {
     double per_row;  // c * u / tolerance, u of the sums
     double term;     // c * u / tolerance for the rounding of the terms (0: they are exact)
@@ -553,6 +559,56 @@ struct GuardConstants {
         const double u = exact ? std::ldexp(1.0, -100) : std::ldexp(1.0, -53);
         return {4.0 * u / tolerance, exact ? 2.0 * std::ldexp(1.0, -53) / tolerance : 0.0};
     }
+};
+
+// The guards of one group of window sums: rounding bounds E (states) and the condition they make, the refold's.
+class Guards {
+public:
+    Guards(IrBuilder& ir, std::string what) : ir_(ir), what_(std::move(what)) {}
+    // E := E + factor * size (size: the sums' magnitude after this row's update); returns E's new value.
+    V bound(const std::string& of, V size, double factor = 1.0) {
+        const int e = ir_.new_state(0, "rounding bound of " + of + " " + what_);
+        V en = factor == 1.0 ? ir_.add(ir_.load(e), size) : ir_.f(Prim::Fma, size, ir_.constant(factor), ir_.load(e));
+        bounds_.push_back({e, en, factor});
+        return en;
+    }
+    // Fires where `lhs` exceeds `spread` (not where either is NaN).
+    void test(V lhs, V spread) {
+        V t = ir_.b(Prim::CmpGT, lhs, spread);
+        when_ = when_ < 0 ? t : ir_.lor(when_, t);
+    }
+    // A bound and its test: factor * E (plus term * size: the current window's rounded terms) against spread.
+    void test_bound(const std::string& of, V size, V spread, double factor, double term) {
+        V lhs = ir_.mul(bound(of, size), ir_.constant(factor));
+        test(term > 0 ? ir_.f(Prim::Fma, size, ir_.constant(term), lhs) : lhs, spread);
+    }
+    // The refold's condition: only windows that give a result (`valid`) are guarded; -1 where nothing is.
+    V when(V valid) { return when_ < 0 ? -1 : ir_.land(when_, valid); }
+    // Where the refold runs, each E restarts from the rebuilt sums' magnitude (`fresh`, in the order of the
+    // bounds): they hold what they hold (a spike still inside the window), and its rounding leaves with it later.
+    void restart(RefoldBuilder& rf, const std::vector<V>& fresh) {
+        IrBuilder& ep = rf.epilogue();
+        for (std::size_t b = 0; b < bounds_.size(); ++b) {
+            Bound& x = bounds_[b];
+            x.restart = rf.export_value(x.factor == 1.0 ? fresh[b] : ep.mul(fresh[b], ep.constant(x.factor)));
+        }
+    }
+    // Stores each E (its restarted value where the refold ran, when there is one).
+    void store(RefoldBuilder& rf, bool refold) {
+        for (const Bound& x : bounds_) ir_.store(x.state, refold ? rf.value(x.restart, x.value) : x.value);
+    }
+
+private:
+    struct Bound {
+        int state;
+        V value;
+        double factor;
+        int restart = -1;
+    };
+    IrBuilder& ir_;
+    std::string what_;
+    std::vector<Bound> bounds_;
+    V when_ = -1;
 };
 // A window's value at lag k inside a refold's per-lag part: re-read from the inputs (pointwise values) or
 // from the value's ring (kept for d + 1 rows: the window's history).
@@ -641,21 +697,12 @@ V Lowering::moments(const Node* node) {
         // from the window's rows, shifted by this row's value, where E outgrows what the results divide by.
         const GuardConstants k = GuardConstants::of(exact_, tolerance_);
         RefoldBuilder rf(ir_, d);
-        V when = -1;
-        std::vector<std::tuple<int, V, double>> bounds;  // (E state, E's new value, factor)
-        auto guard = [&](const std::string& of, V size, V spread, double factor, double term) {  // E kept times factor
-            const int e = ir_.new_state(0, "rounding bound of " + of + " " + what);
-            V en = ir_.f(Prim::Fma, size, ir_.constant(factor), ir_.load(e));
-            V bound = term > 0 ? ir_.f(Prim::Fma, size, ir_.constant(term), en) : en;
-            V test = ir_.b(Prim::CmpGT, bound, spread);  // false for a NaN spread
-            when = when < 0 ? test : ir_.lor(when, test);
-            bounds.push_back({e, en, factor});
-        };
-        if (second) guard("squares", squares_magnitude(ir_, sums.running(s2)), m2n, 3.0 * d * k.per_row, 2.0 * d * k.term);
+        Guards guards(ir_, what);
+        if (second) guards.test_bound("squares", squares_magnitude(ir_, sums.running(s2)), m2n, 3.0 * d * k.per_row, 2.0 * d * k.term);
         if (sum) {
             V total = ir_.f(Prim::Fma, g.finite, shift, s1v);
             V one = ir_.constant(1), mag = ir_.f(Prim::Abs, total);
-            guard("sum", magnitude(ir_, sums.running(s1)), ir_.select(ir_.lt(mag, one), one, mag), k.per_row, k.term);
+            guards.test_bound("sum", magnitude(ir_, sums.running(s1)), ir_.select(ir_.lt(mag, one), one, mag), k.per_row, k.term);
         }
         // The refold: the window's finite values, shifted by this row's value where it is finite.
         // (The new shift is formed inside the refold: rows that do not refold do not pay for it.)
@@ -680,7 +727,7 @@ V Lowering::moments(const Node* node) {
         const int e_shift = rf.export_value(new_shift(ep));
         std::pair<int, int> e_s2{-1, -1};
         int e_m2n = -1;
-        std::vector<V> fresh;  // each bound's size from the rebuilt sums, in the order of `bounds`
+        std::vector<V> fresh;  // each bound's size from the rebuilt sums, in the order of the bounds
         if (second) {
             Dd S2 = rf.fold(f2, exact_);
             e_s2 = export_dd(S2);
@@ -688,19 +735,16 @@ V Lowering::moments(const Node* node) {
             fresh.push_back(magnitude(ep, S2));
         }
         if (sum) fresh.push_back(magnitude(ep, S1));
-        // E restarts from the rebuilt sums' own magnitude: they hold what they hold (a spike still inside the
-        // window), and its rounding leaves with it later.
-        std::vector<int> restart;
-        for (std::size_t b = 0; b < bounds.size(); ++b) restart.push_back(rf.export_value(ep.mul(fresh[b], ep.constant(std::get<2>(bounds[b])))));
+        guards.restart(rf, fresh);
         // Only windows that give a result are guarded: before a full window's d rows have entered, its centred
         // moment is formed with n = d over fewer rows and is meaningless (often negative).
-        if (when >= 0) when = ir_.land(when, at_least(ir_, g.finite, full ? d : (second ? 2 : 1)));
+        const V when = guards.when(at_least(ir_, g.finite, full ? d : (second ? 2 : 1)));
         if (when >= 0) rf.emit(when);  // (a count alone has no sums to guard)
         auto final = [&](auto e, auto running) { return when >= 0 ? rf.value(e, running) : running; };
         sums.commit([&](int i, Dd running) { return final(i == s1 ? e_s1 : e_s2, running); });
         g.shift = final(e_shift, shift);
         ir_.store(shift_slot, g.shift);
-        for (std::size_t b = 0; b < bounds.size(); ++b) ir_.store(std::get<0>(bounds[b]), final(restart[b], std::get<1>(bounds[b])));
+        guards.store(rf, when >= 0);
         g.s1v = final(e_s1v, s1v);
         if (second) g.m2n = final(e_m2n, m2n);
         it = moment_groups_.emplace(key, g).first;
@@ -806,33 +850,23 @@ V Lowering::pair_moments(const Node* node) {
         // also bounds the cross sum's errors (Cauchy-Schwarz). cov alone keeps no squares: the cross sum's
         // magnitude (and the products entering it) and the plain sums' against n (n - 1) or |n Sxy - Sx Sy|.
         const GuardConstants k = GuardConstants::of(exact_, tolerance_);
-        V when = -1;
-        std::vector<std::tuple<int, V, double>> bounds;  // (E state, E's new value, factor)
-        auto bound = [&](const std::string& of, V size, double factor, double term) {  // E kept times factor
-            const int e = ir_.new_state(0, "rounding bound of " + of + " " + what);
-            V en = ir_.f(Prim::Fma, size, ir_.constant(factor), ir_.load(e));
-            bounds.push_back({e, en, factor});
-            return term > 0 ? ir_.f(Prim::Fma, size, ir_.constant(term), en) : en;
-        };
-        auto test = [&](V lhs, V spread) {
-            V t = ir_.b(Prim::CmpGT, lhs, spread);  // false for a NaN spread
-            when = when < 0 ? t : ir_.lor(when, t);
-        };
+        Guards guards(ir_, what);
         const double k2 = 3.0 * d * k.per_row;
         if (corr) {
-            test(bound("x squares", squares_magnitude(ir_, sums.running(sxx)), k2, 2.0 * d * k.term), vx);
-            test(bound("y squares", squares_magnitude(ir_, sums.running(syy)), k2, 2.0 * d * k.term), vy);
+            guards.test_bound("x squares", squares_magnitude(ir_, sums.running(sxx)), vx, k2, 2.0 * d * k.term);
+            guards.test_bound("y squares", squares_magnitude(ir_, sums.running(syy)), vy, k2, 2.0 * d * k.term);
         } else {
             auto abs = [&](V v) { return ir_.f(Prim::Abs, v); };
             V sxa = magnitude(ir_, sums.running(sx)), sya = magnitude(ir_, sums.running(sy));
             const double kc = 2.0 * k.per_row;
-            V exy = bound("the cross sum", ir_.add(magnitude(ir_, sums.running(sxy)), abs(ir_.mul(xi, yi))), kc, 0);
-            V es = bound("the sums", ir_.add(sxa, sya), kc, 0);
-            V err = ir_.f(Prim::Fma, ir_.constant(d), exy, ir_.mul(ir_.add(sxa, sya), es));
+            // d kc (the cross sum's E) + (|Sx| + |Sy|) kc (the plain sums' E), the factors kept in the E's
+            V exy = guards.bound("the cross sum", ir_.add(magnitude(ir_, sums.running(sxy)), abs(ir_.mul(xi, yi))), d * kc);
+            V sums_mag = ir_.add(sxa, sya);
+            V err = ir_.f(Prim::Fma, sums_mag, guards.bound("the sums", sums_mag, kc), exy);
             // Rounded terms, where the shifts are far from the values (same signs): about (2n + 2) u |Sx| |Sy|.
             if (k.term > 0) err = ir_.f(Prim::Fma, ir_.mul(sxa, sya), ir_.constant((d + 1.0) * k.term), err);
             V nn1 = ir_.mul(n, ir_.sub(n, ir_.constant(1))), mag = abs(cxy);
-            test(err, ir_.select(ir_.lt(mag, nn1), nn1, mag));
+            guards.test(err, ir_.select(ir_.lt(mag, nn1), nn1, mag));
         }
         RefoldBuilder rf(ir_, d);
         const V latest_x = full ? shx : last_finite(xv, in_finite, "x " + what);
@@ -872,20 +906,16 @@ V Lowering::pair_moments(const Node* node) {
         const int e_vx = corr ? rf.export_value(edd.centred(ne, su(sxx), su(sx), su(sx))) : -1;
         const int e_vy = corr ? rf.export_value(edd.centred(ne, su(syy), su(sy), su(sy))) : -1;
         const int e_shx = rf.export_value(new_shift(ep, xv, latest_x)), e_shy = rf.export_value(new_shift(ep, yv, latest_y));
-        std::vector<V> fresh;  // each bound's size from the rebuilt sums, in the order of `bounds`
-        if (corr) {
-            fresh = {magnitude(ep, su(sxx)), magnitude(ep, su(syy))};
+        if (corr) {  // each bound's size from the rebuilt sums, in the order of the bounds
+            guards.restart(rf, {magnitude(ep, su(sxx)), magnitude(ep, su(syy))});
         } else {
-            fresh = {magnitude(ep, su(sxy)), ep.add(magnitude(ep, su(sx)), magnitude(ep, su(sy)))};
+            guards.restart(rf, {magnitude(ep, su(sxy)), ep.add(magnitude(ep, su(sx)), magnitude(ep, su(sy)))});
         }
-        std::vector<int> restart;
-        for (std::size_t b = 0; b < bounds.size(); ++b) restart.push_back(rf.export_value(ep.mul(fresh[b], ep.constant(std::get<2>(bounds[b])))));
-        when = ir_.land(when, at_least(ir_, nf, full ? d : 2));  // (windows that give a result, as for one window)
-        rf.emit(when);
+        rf.emit(guards.when(at_least(ir_, nf, full ? d : 2)));  // (windows that give a result, as for one window)
         sums.commit([&](int i, Dd running) { return rf.value(exported[static_cast<std::size_t>(i)], running); });
         ir_.store(shx_slot, rf.value(e_shx, shx));
         ir_.store(shy_slot, rf.value(e_shy, shy));
-        for (std::size_t b = 0; b < bounds.size(); ++b) ir_.store(std::get<0>(bounds[b]), rf.value(restart[b], std::get<1>(bounds[b])));
+        guards.store(rf, true);
         g.cxy = rf.value(e_cxy, cxy);
         if (corr) {
             g.vx = rf.value(e_vx, vx);
