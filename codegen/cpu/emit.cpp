@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -69,6 +71,10 @@ public:
         std::int64_t off = static_cast<std::int64_t>(k.states.size());
         for (const ir::Ring& r : k.rings) { ring_offset_.push_back(off); off += r.size; }
         per_group_ = off * W_;
+        guard_forms_.resize(k.refolds.size());
+        for (const ir::Inst& in : k.body)
+            if (in.op == Prim::Refold && !std::getenv("FJ_CPU_ROW_GUARDS"))  // (=1: every row's test, for measuring)
+                guard_forms_[static_cast<std::size_t>(in.slot)] = GuardAnalysis(k.body).form(in.a);
     }
 
     std::unique_ptr<llvm::Module> run() {
@@ -264,14 +270,36 @@ private:
                 row.pos.push_back(u == 0 ? pos[r] : b_.CreateURem(b_.CreateAdd(pos[r], i64c(u)), i64c(k_.rings[r].size)));
             rs.push_back(row);
         }
-        Loop g = begin_loop(i64c(0), ngroups_, "group");
-        group_ = g.iv;
-        group_base_ = b_.CreateInBoundsGEP(f64_, scratch_, b_.CreateMul(g.iv, i64c(per_group_)));
-        col_ = b_.CreateAdd(col_begin_, b_.CreateMul(g.iv, i64c(W_)));
-        // Lanes past col_end are masked off: loads give NaN, stores are skipped.
-        lane_mask_ = b_.CreateICmpSLT(iota(), b_.CreateVectorSplat(W_, b_.CreateSub(col_end_, col_)));
-        group_rows(rs);
-        end_loop(g);
+        // Rows past the warm-up whose inputs all lie inside the panel (almost all of them) take whole lane groups
+        // without masks: plain loads (folded into the conversions) and stores, no mask registers kept per input
+        // and lag (the kernels run short of registers). The last, partial, group and the other rows take masks.
+        auto group_loop = [&](llvm::Value* from, llvm::Value* to, bool unmasked) {
+            Loop g = begin_loop(from, to, unmasked ? "group.unmasked" : "group");
+            group_ = g.iv;
+            group_base_ = b_.CreateInBoundsGEP(f64_, scratch_, b_.CreateMul(g.iv, i64c(per_group_)));
+            col_ = b_.CreateAdd(col_begin_, b_.CreateMul(g.iv, i64c(W_)));
+            // Lanes past col_end are masked off: loads give NaN, stores are skipped.
+            lane_mask_ = unmasked ? llvm::ConstantVector::getSplat(llvm::ElementCount::getFixed(static_cast<unsigned>(W_)), b_.getTrue())
+                                  : b_.CreateICmpSLT(iota(), b_.CreateVectorSplat(W_, b_.CreateSub(col_end_, col_)));
+            unmasked_ = unmasked;
+            group_rows(rs);
+            unmasked_ = false;
+            end_loop(g);
+        };
+        llvm::Value* clean = b_.CreateAnd(b_.CreateICmpSGE(t.iv, i64c(k_.max_input_lag)), b_.CreateICmpSGE(t.iv, out_begin_));
+        llvm::Value* full = b_.CreateSDiv(b_.CreateSub(col_end_, col_begin_), i64c(W_));  // whole groups
+        auto* fast = llvm::BasicBlock::Create(ctx_, "rows.unmasked", fn_);
+        auto* slow = llvm::BasicBlock::Create(ctx_, "rows.masked", fn_);
+        auto* joined = llvm::BasicBlock::Create(ctx_, "rows.groups.done", fn_);
+        b_.CreateCondBr(clean, fast, slow);
+        b_.SetInsertPoint(fast);
+        group_loop(i64c(0), full, true);
+        group_loop(full, ngroups_, false);
+        b_.CreateBr(joined);
+        b_.SetInsertPoint(slow);
+        group_loop(i64c(0), ngroups_, false);
+        b_.CreateBr(joined);
+        b_.SetInsertPoint(joined);
         for (std::size_t r = 0; r < k_.rings.size(); ++r)
             phis[r]->addIncoming(b_.CreateURem(b_.CreateAdd(pos[r], i64c(step)), i64c(k_.rings[r].size)),
                                  b_.GetInsertBlock());
@@ -280,9 +308,10 @@ private:
         return std::vector<llvm::Value*>(phis.begin(), phis.end());
     }
 
-    // One visit of a lane group: its rows, first as if no refold ran, collecting the lanes whose guards fire;
-    // where none did (almost always), the states those rows computed are stored; where one did, the rows run
-    // again from the states as they were, refolding where needed (emit_refolding_rows()). States are values
+    // One visit of a lane group: its rows, first as if no refold ran, collecting the lanes whose guards fire
+    // (tested once a visit where they can be: "the first run's guard tests" below); where none did (almost
+    // always), the states those rows computed are stored; where one did, the rows run again from the states as
+    // they were, refolding where needed (emit_refolding_rows()). States are values
     // while the rows run and stored once at the end, so the rows that run again start from what is still in
     // scratch; they rewrite the outputs and ring entries the first run wrote. A refold inside the first run
     // instead (a branch per row) kept LLVM from forwarding states across the rows: corr w=20 took 15 % longer.
@@ -294,8 +323,10 @@ private:
         // ring of just its longest lag would have lost to the first run's later rows.
         defer_pushes_ = true;
         pushed_.assign(k_.rings.size(), std::vector<llvm::Value*>(rs.size(), nullptr));
+        begin_tests();
         for (const Row& row : rs) row_body(row, false);
         defer_pushes_ = false;
+        if (refolds) end_tests();
         if (!refolds) {
             store_states();
             store_pushes(rs);
@@ -329,6 +360,170 @@ private:
         for (std::size_t s = 0; s < k_.states.size(); ++s)
             if (state_stored_[s]) scratch_store(state_vals_[s], i64c(static_cast<std::int64_t>(s) * W_));
     }
+    // ---- the first run's guard tests -------------------------------------------------------------------
+    // The first run only needs to know whether a guard fired on some row of the visit: the refolding rows test
+    // each row again. So where a refold's condition has the form lower_ops.cpp gives it (class Guards), `valid AND
+    // (b1 > l1 OR b2 > l2 ...)`, the visit tests each bound once: an upper bound B of b over the visit's valid rows
+    // against the smallest l of those rows (a row with b_r > l_r gives B >= b_r > l_r >= min l, so the visit fires
+    // wherever a row does). Per row and bound that is a masked min instead of a comparison and mask logic. B is
+    // formed from b's expression: a rounding bound E (E := E + size, or E + c * size, c >= 0, the state storing
+    // it wherever no refold ran) only grows in the first run, which runs no refold (its sizes are magnitudes:
+    // GuardConstants in lower_ops.cpp), so its last row's value stands for all rows; sums and products of
+    // non-negative parts take the bounds of their parts; anything else takes its largest value over the valid
+    // rows (a masked max a row). Conditions of other forms are tested on every row. NaN bounds and limits fire
+    // no row and no visit (ordered comparisons; the min and max keep their accumulator where either is NaN).
+    struct Upper {  // how B is formed from a value of the main body
+        enum Kind { Last, Largest, Add, Mul, Fma } kind;
+        std::int32_t value = -1;         // Last, Largest: the value
+        std::vector<std::int32_t> args;  // Add, Mul, Fma: indices into GuardForm::uppers
+    };
+    struct GuardForm {
+        std::int32_t valid = -1;  // -1: every row
+        std::vector<Upper> uppers;
+        std::vector<std::pair<std::int32_t, std::int32_t>> leaves;  // (B: index into uppers, limit: a value)
+    };
+    class GuardAnalysis {
+    public:
+        explicit GuardAnalysis(const std::vector<ir::Inst>& body) : body_(body) {}
+        std::optional<GuardForm> form(std::int32_t cond) {
+            const ir::Inst& c = at(cond);
+            if (leaves(cond)) return g_;
+            if (c.op == Prim::And) {
+                for (auto [test, valid] : {std::pair{c.a, c.b}, std::pair{c.b, c.a}}) {
+                    g_ = GuardForm{};
+                    if (leaves(test)) {
+                        g_.valid = valid;
+                        return g_;
+                    }
+                }
+            }
+            return std::nullopt;
+        }
+
+    private:
+        const ir::Inst& at(std::int32_t i) const { return body_[static_cast<std::size_t>(i)]; }
+        bool leaves(std::int32_t v) {
+            const ir::Inst& x = at(v);
+            if (x.op == Prim::CmpGT) {
+                g_.leaves.push_back({upper(x.a), x.b});
+                return true;
+            }
+            return x.op == Prim::Or && leaves(x.a) && leaves(x.b);
+        }
+        bool constant(std::int32_t v) const { return at(v).op == Prim::Const && at(v).imm >= 0; }
+        // E + size or E + c * size (c >= 0) of a state E that stores it wherever no refold ran: E's LoadState, or -1.
+        std::int32_t grows(std::int32_t v) const {
+            const ir::Inst& x = at(v);
+            std::int32_t state = -1;
+            if (x.op == Prim::Add) state = at(x.a).op == Prim::LoadState ? x.a : at(x.b).op == Prim::LoadState ? x.b : -1;
+            if (x.op == Prim::Fma && constant(x.b) && at(x.c).op == Prim::LoadState) state = x.c;
+            if (state < 0) return -1;
+            bool stored = false;
+            for (const ir::Inst& y : body_) {
+                if (y.op != Prim::StoreState || y.slot != at(state).slot) continue;
+                std::int32_t w = y.a;
+                while (at(w).op == Prim::RefoldValue) w = at(w).a;
+                if (w != v) return -1;
+                stored = true;
+            }
+            return stored ? state : -1;
+        }
+        bool nonnegative(std::int32_t v) const {
+            const ir::Inst& x = at(v);
+            switch (x.op) {
+            case Prim::Abs: return true;
+            case Prim::Const: return x.imm >= 0;
+            case Prim::Add: case Prim::Mul: return grows(v) >= 0 || (nonnegative(x.a) && nonnegative(x.b));
+            case Prim::Fma: return grows(v) >= 0 || (nonnegative(x.a) && nonnegative(x.b) && nonnegative(x.c));
+            default: return false;
+            }
+        }
+        std::int32_t add(Upper u) {
+            g_.uppers.push_back(std::move(u));
+            return static_cast<std::int32_t>(g_.uppers.size() - 1);
+        }
+        bool holds_bound(std::int32_t v) const {  // a rounding bound, or an Add, Mul or Fma of one
+            const ir::Inst& x = at(v);
+            if (grows(v) >= 0) return true;
+            if (x.op == Prim::Add || x.op == Prim::Mul) return holds_bound(x.a) || holds_bound(x.b);
+            return x.op == Prim::Fma && (holds_bound(x.a) || holds_bound(x.b) || holds_bound(x.c));
+        }
+        std::int32_t upper(std::int32_t v) {
+            const ir::Inst& x = at(v);
+            if (grows(v) >= 0 || x.op == Prim::Const) return add({Upper::Last, v, {}});
+            if (!holds_bound(v)) return add({Upper::Largest, v, {}});
+            // (monotone in each part: a product's factors not negative)
+            if (x.op == Prim::Add) return add({Upper::Add, -1, {upper(x.a), upper(x.b)}});
+            if (x.op == Prim::Mul && nonnegative(x.a) && nonnegative(x.b)) return add({Upper::Mul, -1, {upper(x.a), upper(x.b)}});
+            if (x.op == Prim::Fma && ((nonnegative(x.a) && nonnegative(x.b)) || constant(x.b)))
+                return add({Upper::Fma, -1, {upper(x.a), upper(x.b), upper(x.c)}});
+            return add({Upper::Largest, v, {}});
+        }
+        const std::vector<ir::Inst>& body_;
+        GuardForm g_;
+    };
+
+    void begin_tests() {
+        const double inf = std::numeric_limits<double>::infinity();
+        uppers_.assign(guard_forms_.size(), {});
+        limits_.assign(guard_forms_.size(), {});
+        for (std::size_t r = 0; r < guard_forms_.size(); ++r) {
+            if (!guard_forms_[r]) continue;
+            for (const Upper& u : guard_forms_[r]->uppers) uppers_[r].push_back(u.kind == Upper::Largest ? splat(-inf) : nullptr);
+            limits_[r].assign(guard_forms_[r]->leaves.size(), splat(inf));
+        }
+    }
+    void test(const ir::Inst& at) {  // a Refold in the first run
+        const auto r = static_cast<std::size_t>(at.slot);
+        if (!guard_forms_[r]) {
+            need_ = b_.CreateOr(need_, vals_[static_cast<std::size_t>(at.a)]);  // (lanes masked once, at the end)
+            return;
+        }
+        const GuardForm& g = *guard_forms_[r];
+        llvm::Value* valid = g.valid >= 0 ? vals_[static_cast<std::size_t>(g.valid)] : nullptr;
+        auto where_valid = [&](llvm::Value* v, llvm::Value* old) { return valid ? b_.CreateSelect(valid, v, old) : v; };
+        for (std::size_t u = 0; u < g.uppers.size(); ++u) {
+            llvm::Value* v = g.uppers[u].value >= 0 ? vals_[static_cast<std::size_t>(g.uppers[u].value)] : nullptr;
+            if (g.uppers[u].kind == Upper::Last) uppers_[r][u] = v;
+            if (g.uppers[u].kind == Upper::Largest) uppers_[r][u] = where_valid(x86_min_max(false, v, uppers_[r][u]), uppers_[r][u]);
+        }
+        for (std::size_t j = 0; j < g.leaves.size(); ++j) {
+            llvm::Value*& m = limits_[r][j];
+            m = where_valid(x86_min_max(true, vals_[static_cast<std::size_t>(g.leaves[j].second)], m), m);
+        }
+    }
+    // The smaller (larger) of a and b, b where either is NaN: x86's vminpd (vmaxpd), through its intrinsic so that
+    // a select around it stays one masked instruction (a compare and a select would become a masked compare
+    // and a blend).
+    llvm::Value* x86_min_max(bool min, llvm::Value* a, llvm::Value* b) {
+        llvm::Intrinsic::ID id = llvm::Intrinsic::not_intrinsic;
+        if (W_ == 8 && avx512_) id = min ? llvm::Intrinsic::x86_avx512_min_pd_512 : llvm::Intrinsic::x86_avx512_max_pd_512;
+        else if (W_ == 4) id = min ? llvm::Intrinsic::x86_avx_min_pd_256 : llvm::Intrinsic::x86_avx_max_pd_256;
+        else if (W_ == 2) id = min ? llvm::Intrinsic::x86_sse2_min_pd : llvm::Intrinsic::x86_sse2_max_pd;
+        if (id == llvm::Intrinsic::not_intrinsic)
+            return b_.CreateSelect(min ? b_.CreateFCmpOLT(a, b) : b_.CreateFCmpOGT(a, b), a, b);
+        if (W_ == 8) return b_.CreateIntrinsic(id, {}, {a, b, b_.getInt32(4)});  // (4: the current rounding)
+        return b_.CreateIntrinsic(id, {}, {a, b});
+    }
+    void end_tests() {
+        for (std::size_t r = 0; r < guard_forms_.size(); ++r) {
+            if (!guard_forms_[r]) continue;
+            const GuardForm& g = *guard_forms_[r];
+            std::vector<llvm::Value*>& u = uppers_[r];
+            for (std::size_t i = 0; i < g.uppers.size(); ++i) {  // (parts before the sums and products of them)
+                auto arg = [&](int k) { return u[static_cast<std::size_t>(g.uppers[i].args[static_cast<std::size_t>(k)])]; };
+                switch (g.uppers[i].kind) {
+                case Upper::Add: u[i] = b_.CreateFAdd(arg(0), arg(1)); break;
+                case Upper::Mul: u[i] = b_.CreateFMul(arg(0), arg(1)); break;
+                case Upper::Fma: u[i] = intrinsic(llvm::Intrinsic::fma, {arg(0), arg(1), arg(2)}); break;
+                default: break;
+                }
+            }
+            for (std::size_t j = 0; j < g.leaves.size(); ++j)
+                need_ = b_.CreateOr(need_, b_.CreateFCmpOGT(u[static_cast<std::size_t>(g.leaves[j].first)], limits_[r][j]));
+        }
+    }
+
     llvm::Value* any_lane(llvm::Value* mask) {
         const auto bits = static_cast<unsigned>(W_);
         return b_.CreateICmpNE(b_.CreateBitCast(mask, b_.getIntNTy(bits)), b_.getIntN(bits, 0));
@@ -342,11 +537,11 @@ private:
             const ir::Inst& in = k_.body[i];
             if (in.op == Prim::Refold) {
                 if (refolding) refold(in, i);
-                else need_ = b_.CreateOr(need_, vals_[static_cast<std::size_t>(in.a)]);  // (lanes masked once, at the end)
+                else test(in);
             } else if (in.op == Prim::RefoldValue) {
                 vals_[i] = refolding ? refolded_.at(static_cast<std::int32_t>(i)) : vals_[static_cast<std::size_t>(in.a)];
             } else {
-                vals_[i] = inst(in);
+                vals_[i] = inst(in, k_.body);
             }
         }
     }
@@ -390,7 +585,7 @@ private:
         vals_.assign(f.body.size(), nullptr);
         main_vals_ = &main_vals;
         lag_extra_ = k;
-        for (std::size_t i = 0; i < static_cast<std::size_t>(f.per_lag); ++i) vals_[i] = inst(f.body[i]);
+        for (std::size_t i = 0; i < static_cast<std::size_t>(f.per_lag); ++i) vals_[i] = inst(f.body[i], f.body);
         lag_extra_ = nullptr;
         for (std::size_t i = 0; i < f.sums.size(); ++i) {
             llvm::Value* x = b_.CreateSelect(mask, vals_[static_cast<std::size_t>(f.sums[i])], splat(0));
@@ -406,7 +601,7 @@ private:
         b_.SetInsertPoint(done);
         folds_.clear();
         for (std::size_t i = 0; i < f.sums.size(); ++i) folds_.push_back({sum[i], comp[i]});
-        for (std::size_t i = static_cast<std::size_t>(f.per_lag); i < f.body.size(); ++i) vals_[i] = inst(f.body[i]);
+        for (std::size_t i = static_cast<std::size_t>(f.per_lag); i < f.body.size(); ++i) vals_[i] = inst(f.body[i], f.body);
         std::vector<llvm::Value*> blended;
         for (std::size_t i : values) {
             const ir::Inst& v = k_.body[i];
@@ -446,7 +641,7 @@ private:
     }
 
     // ---- one primitive --------------------------------------------------------------------------------
-    llvm::Value* inst(const ir::Inst& in) {
+    llvm::Value* inst(const ir::Inst& in, const std::vector<ir::Inst>& body) {
         auto A = [&] { return vals_[in.a]; };
         auto B = [&] { return vals_[in.b]; };
         switch (in.op) {
@@ -455,6 +650,11 @@ private:
             // Rows before the panel read as NaN: their lanes are masked off (and the row clamped, so no
             // address before the panel is ever formed). No branch, no select.
             llvm::Value* row = b_.CreateSub(row_->t, lag_of(in));
+            if (unmasked_) {  // (rows past every input's lag: none before the panel; whole groups)
+                llvm::Value* p = b_.CreateInBoundsGEP(elem_, in_ptr_[in.slot], b_.CreateAdd(b_.CreateMul(row, in_ld_v_[in.slot]), col_));
+                llvm::Value* v = panel_access(b_.CreateAlignedLoad(ve_, p, llvm::Align(dtype_size(dtype_))));
+                return dtype_ == DType::F32 ? b_.CreateFPExt(v, vf_) : v;
+            }
             llvm::Value* ok = b_.CreateICmpSGE(row, i64c(0));
             llvm::Value* safe = b_.CreateSelect(ok, row, i64c(0));
             llvm::Value* idx = b_.CreateAdd(b_.CreateMul(safe, in_ld_v_[in.slot]), col_);
@@ -491,13 +691,15 @@ private:
             llvm::Value* idx = b_.CreateAdd(b_.CreateMul(row_->t, out_ld_v_[in.slot]), col_);
             llvm::Value* p = b_.CreateInBoundsGEP(elem_, out_ptr_[in.slot], idx);
             llvm::Value* x = dtype_ == DType::F32 ? b_.CreateFPTrunc(A(), ve_) : A();
-            panel_access(b_.CreateMaskedStore(x, p, llvm::Align(dtype_size(dtype_)), b_.CreateAnd(lane_mask_, row_->write)));
+            if (unmasked_) panel_access(b_.CreateAlignedStore(x, p, llvm::Align(dtype_size(dtype_))));  // (rows past the warm-up)
+            else panel_access(b_.CreateMaskedStore(x, p, llvm::Align(dtype_size(dtype_)), b_.CreateAnd(lane_mask_, row_->write)));
             return nullptr;
         }
         case Prim::Outer: return (*main_vals_)[static_cast<std::size_t>(in.a)];
         case Prim::Fold: return in.imm != 0 ? folds_[static_cast<std::size_t>(in.slot)].second : folds_[static_cast<std::size_t>(in.slot)].first;
         case Prim::Refold:
         case Prim::RefoldValue: break;  // row_body()
+        case Prim::Flag: break;        // (kernels from ir::flag_refolds, for CUDA's repair pass: not emitted here)
         case Prim::Add: return b_.CreateFAdd(A(), B());
         case Prim::Sub: return b_.CreateFSub(A(), B());
         case Prim::Mul: return b_.CreateFMul(A(), B());
@@ -514,7 +716,10 @@ private:
         case Prim::Max: return b_.CreateSelect(b_.CreateFCmpOGT(A(), B()), A(), B());
         case Prim::Recip: return reciprocal(A(), false);
         case Prim::RSqrt: return reciprocal(A(), true);
-        case Prim::CmpLT: return b_.CreateFCmpOLT(A(), B());
+        case Prim::CmpLT:
+            if (const ir::Inst& x = body[static_cast<std::size_t>(in.a)]; x.op == Prim::Abs && is_inf(body[static_cast<std::size_t>(in.b)]))
+                return is_finite(vals_[static_cast<std::size_t>(x.a)]);
+            return b_.CreateFCmpOLT(A(), B());
         case Prim::CmpLE: return b_.CreateFCmpOLE(A(), B());
         case Prim::CmpGT: return b_.CreateFCmpOGT(A(), B());
         case Prim::CmpGE: return b_.CreateFCmpOGE(A(), B());
@@ -530,6 +735,14 @@ private:
         }
         throw BackendError(fmt::format("cpu codegen: primitive {} not handled", ir::prim_name(in.op)));
     }
+
+    static bool is_inf(const ir::Inst& c) { return c.op == Prim::Const && c.imm == std::numeric_limits<double>::infinity(); }
+    // |x| < inf, the lowering's test for finite values: x - x is ordered (0) exactly where x is finite. A
+    // subtraction (an adder's work) and a compare that LLVM shares between the values tested together (`ord (x -
+    // x), (y - y)`), where |x| < inf takes an and and a compare of its own on the units that multiply and
+    // compare, which the window kernels keep busiest: corr w=20 took 5 to 10 % less time (bench/RESULTS.md; a
+    // vfpclasspd a value was slower still).
+    llvm::Value* is_finite(llvm::Value* x) { return b_.CreateFCmpORD(b_.CreateFSub(x, x), splat(0)); }
 
     // 1/x or 1/sqrt(x): with AVX-512, the 14-bit hardware estimate and two Newton steps (about 1 ulp,
     // a few cycles) instead of a division or square root (tens of cycles each per vector).
@@ -581,6 +794,11 @@ private:
     std::vector<llvm::Value*> state_vals_;
     std::vector<bool> state_stored_;
     llvm::Value* need_ = nullptr;  // lanes whose guards fired in the visit's first run
+    bool unmasked_ = false;        // rows(): a whole lane group on rows past the warm-up, inputs inside the panel
+    std::vector<std::optional<GuardForm>> guard_forms_;  // per refold: its condition's form, where it has one
+    // During a visit's first run, per refold: each Upper's value (Last: this row's; Largest: the largest so far),
+    // and each bound's smallest limit so far.
+    std::vector<std::vector<llvm::Value*>> uppers_, limits_;
     bool defer_pushes_ = false;    // the first run: pushes kept in pushed_[ring][row] until the visit's end
     llvm::Function* refolding_rows_ = nullptr;
     llvm::Value* group_ = nullptr;  // the lane group loop's index
