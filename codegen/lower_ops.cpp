@@ -77,6 +77,15 @@ private:
     V moments(const Node* n);          // sum, mean, count, var, std
     V pair_moments(const Node* n);     // corr, cov
     V extreme(const Node* n, bool max);  // min, max
+    // The time-series operators of Alpha101 (after extreme() below).
+    V arg_extreme(const Node* n, bool max);  // argmin, argmax
+    V ts_rank(const Node* n);
+    V product(const Node* n);
+    V decay_linear(const Node* n);
+    struct WindowCount { V n, before; };   // valid rows in the window, this row and the row before
+    WindowCount window_count(const Node* x, int d);
+    struct BlockCombine;
+    std::vector<V> window_blocks(const std::vector<V>& leaf, int d, const BlockCombine& how, const std::string& what);
     V at_refold_lag(IrBuilder& part, const Node* x, int lag, std::map<std::pair<const Node*, int>, V>& memo);
     V last_finite(V x, V finite, const std::string& what);
 
@@ -107,6 +116,8 @@ private:
     std::set<std::tuple<const Node*, const Node*, int>> partial_pairs_;
     bool exact_ = false;  // double-double sums (float64 panels)
     double tolerance_ = 0;  // relative error of the sums' results at which a refold rebuilds them
+    std::map<std::pair<const Node*, int>, WindowCount> window_counts_;  // shared by the operators after extreme()
+    std::map<std::pair<const Node*, int>, V> rank_sums_;  // ts_rank's 2 * rank * n, shared across min_periods
 };
 
 std::string Lowering::label(const Node* n) const {
@@ -138,7 +149,8 @@ void Lowering::plan_moment_groups(const std::vector<const Node*>& roots) {
         if (n->op == Op::WSum || n->op == Op::WMean) needs_sum_.insert({n->args[0], n->d});
         // Count, sum and mean keep NaN and infinity counts apart (a window with +inf sums to +inf).
         const bool partial = n->min_periods < n->d || n->op == Op::WCount || n->op == Op::WSum || n->op == Op::WMean;
-        if (partial && op_info(n->op).kind == OpKind::Window && n->op != Op::WMin && n->op != Op::WMax) partial_.insert({n->args[0], n->d});
+        const bool moment_op = n->op == Op::WSum || n->op == Op::WMean || n->op == Op::WCount || n->op == Op::WVar || n->op == Op::WStd;
+        if (partial && moment_op) partial_.insert({n->args[0], n->d});
         if (partial && op_info(n->op).kind == OpKind::PairWindow) partial_pairs_.insert({n->args[0], n->args[1], n->d});
     }
 }
@@ -248,8 +260,16 @@ V Lowering::lower(const Node* n, int lag) {
     }
     case OpKind::Lag: return value(n->args[0], lag + n->d);  // pointwise: re-read; else ring (history)
     case OpKind::Window:
-        if (n->op == Op::WMin || n->op == Op::WMax) return extreme(n, n->op == Op::WMax);
-        return moments(n);
+        switch (n->op) {
+        case Op::WMin:
+        case Op::WMax: return extreme(n, n->op == Op::WMax);
+        case Op::WArgMin:
+        case Op::WArgMax: return arg_extreme(n, n->op == Op::WArgMax);
+        case Op::WTsRank: return ts_rank(n);
+        case Op::WProduct: return product(n);
+        case Op::WDecayLinear: return decay_linear(n);
+        default: return moments(n);
+        }
     case OpKind::PairWindow: return pair_moments(n);
     case OpKind::CrossSection: break;  // row steps, never in a kernel (the planner cuts them out)
     }
@@ -980,6 +1000,211 @@ V Lowering::extreme(const Node* node, bool is_max) {
     for (; 2 * span <= d; span *= 2) m = ext(m, ago(m, span, span));
     if (span < d) m = ext(m, ago(m, d - span, span));
     return ir_.select(at_least(ir_, n, std::max(node->min_periods, 1)), m, ir_.nan());
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The time-series operators Alpha101 adds: argmin/argmax, ts_rank, product, decay_linear
+// (docs/operators.md has their definitions and costs).
+
+// The number of valid rows in the window, n(t), and in the window one row before, n(t - 1) (the row that has
+// just left included): small integers, exact, shared by the operators below over the same window. Rows before
+// the pass count as missing, as the tables below treat them.
+Lowering::WindowCount Lowering::window_count(const Node* x, int d) {
+    const auto key = std::make_pair(x, d);
+    if (auto it = window_counts_.find(key); it != window_counts_.end()) return it->second;
+    const std::string what = fmt::format("window({}, {})", label(x), d);
+    V xv = value(x, 0);
+    V leave = history(x, d);
+    V one = ir_.constant(1), zero = ir_.constant(0);
+    V in = ir_.select(ir_.notnan(xv), one, zero);
+    V out = ir_.select(ir_.land(ir_.row_in_pass(d), ir_.notnan(leave)), one, zero);
+    const int slot = ir_.new_state(0, "valid n " + what);
+    V before = ir_.load(slot);
+    V n = ir_.add(before, ir_.sub(in, out));
+    ir_.store(slot, n);
+    return window_counts_[key] = WindowCount{n, before};
+}
+
+// Window argmin/argmax: extreme()'s sparse table with each entry's row carried along, O(log d) per row. An
+// entry is (value, row); a missing row enters as (the identity, NaN), and ring entries from before the pass
+// read (NaN, NaN). Combining an older entry with a newer one takes the newer only where its value is strictly
+// better or the older has no row: ties go to the older row, so every table entry holds the oldest of its
+// equal extremes, and so does the window's, made of two overlapping entries (a row in both is the same
+// entry). The window's position of row r is r - t + d (1 = row t - d + 1, also where that row is before the
+// panel's first). A real -inf (for argmax) beats the identity -inf because the identity has no row.
+V Lowering::arg_extreme(const Node* node, bool is_max) {
+    const Node* x = node->args[0];
+    const int d = node->d;
+    const char* name = is_max ? "argmax" : "argmin";
+    const std::string what = fmt::format("{}(window({}, {}))", name, label(x), d);
+    V xv = value(x, 0);
+    V valid = ir_.notnan(xv);
+    V t = ir_.row();
+    struct Entry {
+        V value, row;
+    };
+    Entry m{ir_.select(valid, xv, ir_.constant(is_max ? -kInf : kInf)), ir_.select(valid, t, ir_.nan())};
+    auto combine = [&](Entry older, Entry newer) {
+        V better = ir_.b(is_max ? Prim::CmpGT : Prim::CmpLT, newer.value, older.value);
+        V take = ir_.lor(better, ir_.isnan(older.row));
+        return Entry{ir_.select(take, newer.value, older.value), ir_.select(take, newer.row, older.row)};
+    };
+    auto ago = [&](Entry e, int lag, int span) {  // e as it was `lag` rows ago
+        const int rv = ir_.new_ring(lag + 1, fmt::format("extreme of {} rows, {}", span, what));
+        const int rr = ir_.new_ring(lag + 1, fmt::format("row of the extreme of {} rows, {}", span, what));
+        ir_.push(rv, e.value);
+        ir_.push(rr, e.row);
+        return Entry{ir_.ring_read(rv, lag), ir_.ring_read(rr, lag)};
+    };
+    int span = 1;
+    for (; 2 * span <= d; span *= 2) m = combine(ago(m, span, span), m);
+    if (span < d) m = combine(ago(m, d - span, span), m);
+    V position = ir_.add(ir_.sub(m.row, t), ir_.constant(d));
+    const WindowCount c = window_count(x, d);
+    return ir_.select(at_least(ir_, c.n, std::max(node->min_periods, 1)), position, ir_.nan());
+}
+
+// ts_rank: the newest value compared with each older row of the window, O(d) per row (2 comparisons and 2
+// adds a row; NaN compares false, so missing rows drop out). Rank = values below + (values equal + 1) / 2
+// = (below + at_or_below + 1) / 2, a half-integer, exact; divided by n once, as the reference rounds it.
+// Rows before the pass are re-read where x is re-readable while n counts them missing: that only touches
+// warm-up rows (a tile's first d - 1), whose values no output sees.
+// TODO (docs/operators.md): long windows want an order-statistic structure (O(log d) a row); not built yet.
+V Lowering::ts_rank(const Node* node) {
+    const Node* x = node->args[0];
+    const int d = node->d;
+    V xv = value(x, 0);
+    V one = ir_.constant(1);
+    const auto key = std::make_pair(x, d);
+    if (!rank_sums_.count(key)) {
+        V below = ir_.constant(0), at_or_below = one;  // row t itself: equal
+        for (int k = 1; k < d; ++k) {
+            V v = history(x, k);
+            below = ir_.add(below, ir_.to_f64(ir_.lt(v, xv)));
+            at_or_below = ir_.add(at_or_below, ir_.to_f64(ir_.le(v, xv)));
+        }
+        rank_sums_[key] = ir_.add(ir_.add(below, at_or_below), one);
+    }
+    const WindowCount c = window_count(x, d);
+    V rank = ir_.div(ir_.mul(rank_sums_[key], ir_.constant(0.5)), c.n);
+    V ok = ir_.land(ir_.notnan(xv), at_least(ir_, c.n, std::max(node->min_periods, 1)));
+    return ir_.select(ok, rank, ir_.nan());
+}
+
+// How window_blocks() reduces: the identity of each part, and the combination of an older block (of
+// `older_rows` rows) with the newer block that follows it.
+struct Lowering::BlockCombine {
+    std::vector<V> identity;
+    std::function<std::vector<V>(const std::vector<V>& older, const std::vector<V>& newer, int older_rows)> combine;
+};
+
+// A window of d rows as disjoint blocks of 2^k rows, for reductions that are associative but must not subtract
+// what leaves the window (a product has no inverse where a 0 or an infinity leaves; a running sum keeps the
+// rounding of a spike that has left: docs/numerics.md). B_k(t), the reduction of rows t - 2^k + 1 .. t, is
+// combine(B_{k-1}(t - 2^(k-1)), B_{k-1}(t)), kept in a ring while it is read. The window is the blocks of d's
+// binary digits, the smallest ending at row t and each larger one ending where the one before it starts, so
+// that level k is read at most 2^k rows back: rings of 2^k + 1 entries, about 2d per part in all. floor(log2 d)
+// combinations build the levels and popcount(d) - 1 join the window's blocks: O(log d) per row, the same
+// instructions on every row. Entries from before the pass read as the identity (RowInPass), so a block reaching
+// before the pass, or the panel, reduces the rows it has, as every window does.
+std::vector<V> Lowering::window_blocks(const std::vector<V>& leaf, int d, const BlockCombine& how, const std::string& what) {
+    int top = 0;
+    while ((2 << top) <= d) ++top;  // 2^top <= d < 2^(top + 1)
+    std::vector<int> reach(static_cast<std::size_t>(top + 1), 0);  // the furthest lag each level is read at
+    std::vector<std::pair<int, int>> blocks;                       // the window's (level, lag), newest first
+    for (int k = 0; k < top; ++k) reach[static_cast<std::size_t>(k)] = 1 << k;
+    for (int k = 0, lag = 0; k <= top; ++k)
+        if ((d >> k) & 1) {
+            blocks.push_back({k, lag});
+            reach[static_cast<std::size_t>(k)] = std::max(reach[static_cast<std::size_t>(k)], lag);
+            lag += 1 << k;
+        }
+    std::vector<std::vector<V>> level(static_cast<std::size_t>(top + 1));
+    std::vector<std::vector<int>> rings(static_cast<std::size_t>(top + 1));
+    auto keep = [&](int k) {  // rings for level k's parts, pushed this row (parts that are one value share one)
+        const auto lk = static_cast<std::size_t>(k);
+        if (reach[lk] == 0) return;
+        for (std::size_t p = 0; p < level[lk].size(); ++p) {
+            int r = -1;
+            for (std::size_t q = 0; q < p; ++q)
+                if (level[lk][q] == level[lk][p]) r = rings[lk][q];
+            if (r < 0) {
+                r = ir_.new_ring(reach[lk] + 1, fmt::format("block of {} rows, part {}, {}", 1 << k, p, what));
+                ir_.push(r, level[lk][p]);
+            }
+            rings[lk].push_back(r);
+        }
+    };
+    std::map<int, V> in_pass;
+    auto at = [&](int k, int lag) {  // B_k(t - lag)
+        const auto lk = static_cast<std::size_t>(k);
+        if (lag == 0) return level[lk];
+        if (!in_pass.count(lag)) in_pass[lag] = ir_.row_in_pass(lag);
+        std::vector<V> v;
+        for (std::size_t p = 0; p < level[lk].size(); ++p) {
+            V read = -1;
+            for (std::size_t q = 0; q < p; ++q)
+                if (rings[lk][q] == rings[lk][p] && how.identity[q] == how.identity[p]) read = v[q];  // a shared ring
+            v.push_back(read >= 0 ? read : ir_.select(in_pass[lag], ir_.ring_read(rings[lk][p], lag), how.identity[p]));
+        }
+        return v;
+    };
+    level[0] = leaf;
+    keep(0);
+    for (int k = 1; k <= top; ++k) {
+        level[static_cast<std::size_t>(k)] = how.combine(at(k - 1, 1 << (k - 1)), level[static_cast<std::size_t>(k - 1)], 1 << (k - 1));
+        keep(k);
+    }
+    std::vector<V> window = at(blocks[0].first, blocks[0].second);
+    for (std::size_t b = 1; b < blocks.size(); ++b)
+        window = how.combine(at(blocks[b].first, blocks[b].second), window, 1 << blocks[b].first);
+    return window;
+}
+
+// Product of the window's valid values (missing rows enter as 1), in float64 by window_blocks(): O(log d) per
+// row, within about (d - 1) float64 roundings of the exact product. Where an intermediate product overflows
+// (or underflows) although the whole window's would not, as 1e200 * 1e200 * 1e-200 * 1e-200, the result is
+// inf (or 0, or NaN for inf * 0) where an exact product is 1: values that far apart do not occur in prices,
+// volumes or returns.
+V Lowering::product(const Node* node) {
+    const Node* x = node->args[0];
+    const int d = node->d;
+    const std::string what = fmt::format("product(window({}, {}))", label(x), d);
+    V xv = value(x, 0);
+    V one = ir_.constant(1);
+    BlockCombine how{{one}, [&](const std::vector<V>& older, const std::vector<V>& newer, int) {
+                         return std::vector<V>{ir_.mul(older[0], newer[0])};
+                     }};
+    const std::vector<V> p = window_blocks({ir_.select(ir_.notnan(xv), xv, one)}, d, how, what);
+    const WindowCount c = window_count(x, d);
+    return ir_.select(at_least(ir_, c.n, node->min_periods), p[0], ir_.nan());  // min_periods 0, no value: 1
+}
+
+// decay_linear: sum(w x) / sum(w) over the valid values, w = the row's position 1 .. d in the window.
+// Numerator by window_blocks(): a block keeps (sum of x, sum of x weighted by its position in the block), and
+// an older block of L rows followed by a newer one gives (S_o + S_n, W_o + W_n + L S_n): no subtraction, so a
+// spike that has left the window leaves nothing behind. The denominator, the sum of the valid rows' positions,
+// is a small integer kept exactly by a running update: each row every position drops by one (minus the
+// previous window's count; the row leaving had position 1) and a valid new row adds d.
+V Lowering::decay_linear(const Node* node) {
+    const Node* x = node->args[0];
+    const int d = node->d;
+    const std::string what = fmt::format("decay_linear(window({}, {}))", label(x), d);
+    V xv = value(x, 0);
+    V valid = ir_.notnan(xv);
+    V zero = ir_.constant(0);
+    BlockCombine how{{zero, zero}, [&](const std::vector<V>& older, const std::vector<V>& newer, int older_rows) {
+                         V s = ir_.add(older[0], newer[0]);
+                         V w = ir_.f(Prim::Fma, ir_.constant(older_rows), newer[0], ir_.add(older[1], newer[1]));
+                         return std::vector<V>{s, w};
+                     }};
+    V s = ir_.select(valid, xv, zero);
+    const std::vector<V> sums = window_blocks({s, s}, d, how, what);  // one row: weight 1
+    const WindowCount c = window_count(x, d);
+    const int slot = ir_.new_state(0, "sum of the valid rows' positions " + what);
+    V weights = ir_.add(ir_.sub(ir_.load(slot), c.before), ir_.select(valid, ir_.constant(d), zero));
+    ir_.store(slot, weights);
+    return ir_.select(at_least(ir_, c.n, std::max(node->min_periods, 1)), ir_.div(sums[1], weights), ir_.nan());
 }
 
 }  // namespace

@@ -191,6 +191,11 @@ Expr var(const Window& w) { return reduce(Op::WVar, w); }
 Expr std(const Window& w) { return reduce(Op::WStd, w); }
 Expr min(const Window& w) { return reduce(Op::WMin, w); }
 Expr max(const Window& w) { return reduce(Op::WMax, w); }
+Expr argmin(const Window& w) { return reduce(Op::WArgMin, w); }
+Expr argmax(const Window& w) { return reduce(Op::WArgMax, w); }
+Expr ts_rank(const Window& w) { return reduce(Op::WTsRank, w); }
+Expr product(const Window& w) { return reduce(Op::WProduct, w); }
+Expr decay_linear(const Window& w) { return reduce(Op::WDecayLinear, w); }
 Expr corr(const Window& a, const Window& b) { return reduce_pair(Op::WCorr, a, b); }
 Expr cov(const Window& a, const Window& b) { return reduce_pair(Op::WCov, a, b); }
 

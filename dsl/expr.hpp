@@ -93,6 +93,17 @@ Expr std(const Window& w);
 inline Expr stddev(const Window& w) { return std(w); }  // same; reads better after `using namespace fj`
 Expr min(const Window& w);
 Expr max(const Window& w);
+// 1-based position of the window's smallest / largest valid value, counted from the oldest row of the
+// window (1 = row t-d+1, d = row t, also for the first rows of a panel, whose window starts before it);
+// ties: the oldest. Alpha101 ts_argmin / ts_argmax.
+Expr argmin(const Window& w);
+Expr argmax(const Window& w);
+// Average-tie rank of the newest value among the window's valid values, divided by their count: in (0, 1],
+// NaN where the newest value is NaN (pandas rolling(d).rank(pct=True)).
+Expr ts_rank(const Window& w);
+Expr product(const Window& w);  // of the valid values (1 for none, with min_periods 0)
+// sum(w_i x_i) / sum(w_i) over the valid values, w_i = the row's position 1 (oldest) .. d (newest).
+Expr decay_linear(const Window& w);
 Expr corr(const Window& a, const Window& b);
 Expr cov(const Window& a, const Window& b);
 

@@ -59,6 +59,11 @@ enum class OpKind : std::uint8_t {
     X(WStd,          "std",          Window,       1,    nullptr)                 \
     X(WMin,          "min",          Window,       1,    nullptr)                 \
     X(WMax,          "max",          Window,       1,    nullptr)                 \
+    X(WArgMin,       "argmin",       Window,       1,    nullptr) /* ts_argmin */ \
+    X(WArgMax,       "argmax",       Window,       1,    nullptr) /* ts_argmax */ \
+    X(WTsRank,       "ts_rank",      Window,       1,    nullptr)                 \
+    X(WProduct,      "product",      Window,       1,    nullptr)                 \
+    X(WDecayLinear,  "decay_linear", Window,       1,    nullptr)                 \
     X(WCorr,         "corr",         PairWindow,   2,    nullptr)                 \
     X(WCov,          "cov",          PairWindow,   2,    nullptr)                 \
     X(Rank,          "rank",         CrossSection, 1,    nullptr)                 \

@@ -253,6 +253,11 @@ constexpr FnSpec kOtherFns[] = {
     {"std", Fn::Reducer, Op::WStd, true, true},
     {"corr", Fn::PairReducer, Op::WCorr, true, true},
     {"cov", Fn::PairReducer, Op::WCov, true, true},
+    {"argmin", Fn::Reducer, Op::WArgMin, true, true},
+    {"argmax", Fn::Reducer, Op::WArgMax, true, true},
+    {"ts_rank", Fn::Reducer, Op::WTsRank, true, true},
+    {"product", Fn::Reducer, Op::WProduct, true, true},
+    {"decay_linear", Fn::Reducer, Op::WDecayLinear, true, true},
     // Alpha101 spellings.
     {"ts_sum", Fn::Reducer, Op::WSum, false, true},
     {"ts_mean", Fn::Reducer, Op::WMean, false, true},
@@ -262,6 +267,9 @@ constexpr FnSpec kOtherFns[] = {
     {"ts_count", Fn::Reducer, Op::WCount, false, true},
     {"ts_min", Fn::Reducer, Op::WMin, false, true},
     {"ts_max", Fn::Reducer, Op::WMax, false, true},
+    {"ts_argmin", Fn::Reducer, Op::WArgMin, false, true},
+    {"ts_argmax", Fn::Reducer, Op::WArgMax, false, true},
+    {"ts_product", Fn::Reducer, Op::WProduct, false, true},
     {"correlation", Fn::PairReducer, Op::WCorr, false, true},
     {"covariance", Fn::PairReducer, Op::WCov, false, true},
     {"delay", Fn::Lag, Op::Delay, false, false},
@@ -271,12 +279,11 @@ constexpr FnSpec kOtherFns[] = {
 
 // Operators of docs/operators.md and Alpha101 that the DSL does not have yet: a clear error, not "unknown".
 constexpr std::string_view kNotYet[] = {
-    "ts_rank",  "decay_linear", "ts_argmin", "ts_argmax",    "argmin",        "argmax",
-    "product",  "ts_product",   "ema",       "skew",         "kurt",          "median",
-    "quantile", "slope",        "rsquare",   "resid",
+    "ema", "skew", "kurt", "median", "quantile", "slope", "rsquare", "resid",
 };
 
-constexpr std::string_view kReducerList = "sum, mean, count, var, std, min, max, corr, cov";
+constexpr std::string_view kReducerList =
+    "sum, mean, count, var, std, min, max, argmin, argmax, ts_rank, product, decay_linear, corr, cov";
 
 const std::vector<FnSpec>& functions() {
     static const std::vector<FnSpec> fns = [] {
@@ -797,8 +804,10 @@ private:
     }
 
     [[noreturn]] void window_not_allowed(const Arg& a, std::string_view spelling) const {
-        fail(a.pos, fmt::format("window() is only valid as the argument of a window reducer ({}), not of {}",
-                                kReducerList, spelling));
+        // rank is the cross-sectional rank; the rank of a value in its own window is another operator.
+        const bool rank = lower(spelling) == "rank";
+        fail(a.pos, fmt::format("window() is only valid as the argument of a window reducer ({}), not of {}{}",
+                                kReducerList, spelling, rank ? " (the time-series rank is ts_rank(window(x, d)))" : ""));
     }
 
     Expr parse_call() {

@@ -55,6 +55,15 @@ inline std::vector<std::pair<std::string, fj::Expr>> cuda_op_cases() {
         {"wmax", fj::max(window(A, 61))},
         {"wmin_long", fj::min(window(dA, 30, 3))},
         {"wmax_inf", fj::max(window(B / dA, 33, 1))},  // +-inf; a table of 17 entries (span 16) in local memory
+        // Alpha101's time-series operators: tables of (value, row), O(d) comparisons, blocks of 2^k rows.
+        {"argmin", fj::argmin(window(A, 5))},
+        {"argmax_inf", fj::argmax(window(B / dA, 33, 1))},  // +-inf; rings longer than the register limit
+        {"ts_rank", fj::ts_rank(window(A, 10))},
+        {"ts_rank_mp", fj::ts_rank(window(dA, 20, 5))},
+        {"product", fj::product(window(A / A1, 10))},
+        {"product_mp0", fj::product(window(dA, 7, 0))},
+        {"decay_linear", fj::decay_linear(window(A, 20))},
+        {"decay_linear_mp", fj::decay_linear(window(B, 37, 3))},
         {"corr", fj::corr(window(A, 20), window(B, 20))},
         {"cov", fj::cov(window(A, 10, 5), window(B, 10, 3))},
         // Nesting: rings of windowed values, delays of windowed values, windows over min/max.
@@ -68,6 +77,9 @@ inline std::vector<std::pair<std::string, fj::Expr>> cuda_op_cases() {
         {"delta_of_std", fj::delta(fj::std(window(A, 10)), 3)},
         {"corr_nested", fj::corr(window(fj::mean(window(A, 3)), 20), window(fj::delta(B, 1), 20))},
         {"std_of_corr", fj::std(window(fj::corr(window(A, 10), window(B, 10)), 5))},
+        {"decay_of_corr", fj::decay_linear(window(fj::corr(window(A, 10), window(B, 10)), 5))},
+        {"argmax_of_max", fj::argmax(window(fj::max(window(A, 5)), 10))},
+        {"rank_of_min", fj::ts_rank(window(fj::min(window(A, 3)), 8))},
         {"where_windows", fj::where(A > fj::mean(window(A, 20)), fj::std(window(A, 5)), -fj::std(window(A, 5)))},
     };
 }

@@ -136,13 +136,15 @@ private:
         }
         case fj::OpKind::Window: {
             const Values& x = memo_.at(n->args[0]);
-            Values valid;
+            Values rows(static_cast<std::size_t>(n->d));
             for (std::int64_t j = 0; j < cols_; ++j)
                 for (std::int64_t t = 0; t < rows_; ++t) {
-                    valid.clear();
-                    for (std::int64_t s = std::max<std::int64_t>(0, t - n->d + 1); s <= t; ++s)
-                        if (!std::isnan(x[at(s, j)])) valid.push_back(x[at(s, j)]);
-                    out[at(t, j)] = window_reduce(n->op, valid, n->min_periods);
+                    // The window's d rows, oldest first; rows before the panel's first are missing.
+                    for (std::int64_t i = 0; i < n->d; ++i) {
+                        const std::int64_t s = t - n->d + 1 + i;
+                        rows[static_cast<std::size_t>(i)] = s < 0 ? kNaN : x[at(s, j)];
+                    }
+                    out[at(t, j)] = window_reduce_rows(n->op, rows, n->min_periods);
                 }
             return out;
         }
@@ -251,6 +253,55 @@ double pair_window_reduce(fj::Op op, const std::vector<double>& xs, const std::v
     default: break;
     }
     throw std::logic_error("reference: not a pair window operator: " + std::string(fj::op_name(op)));
+}
+
+double window_reduce_rows(fj::Op op, const std::vector<double>& rows, int min_periods) {
+    using fj::Op;
+    Values valid;
+    for (double x : rows)
+        if (!std::isnan(x)) valid.push_back(x);
+    const std::size_t n = valid.size(), d = rows.size();
+    auto position = [](std::size_t i) { return static_cast<double>(i + 1); };  // 1 = the oldest row
+    switch (op) {
+    case Op::WArgMin:
+    case Op::WArgMax: {
+        if (n == 0 || n < static_cast<std::size_t>(min_periods)) return kNaN;
+        std::size_t best = d;
+        for (std::size_t i = 0; i < d; ++i) {
+            if (std::isnan(rows[i])) continue;
+            // Strictly better only: of equal extremes the oldest stays.
+            if (best == d || (op == Op::WArgMax ? rows[i] > rows[best] : rows[i] < rows[best])) best = i;
+        }
+        return position(best);
+    }
+    case Op::WTsRank: {
+        const double newest = rows.back();
+        if (std::isnan(newest) || n < static_cast<std::size_t>(min_periods)) return kNaN;
+        std::size_t less = 0, equal = 0;
+        for (double u : valid) {
+            less += u < newest;
+            equal += u == newest;
+        }
+        return (static_cast<double>(less) + (static_cast<double>(equal) + 1.0) / 2.0) / static_cast<double>(n);
+    }
+    case Op::WProduct: {
+        if (n < static_cast<std::size_t>(min_periods)) return kNaN;
+        long double p = 1;  // of no values (min_periods 0): 1
+        for (double u : valid) p *= u;
+        return static_cast<double>(p);
+    }
+    case Op::WDecayLinear: {
+        if (n == 0 || n < static_cast<std::size_t>(min_periods)) return kNaN;
+        long double num = 0, den = 0;
+        for (std::size_t i = 0; i < d; ++i) {
+            if (std::isnan(rows[i])) continue;
+            num += static_cast<long double>(position(i)) * rows[i];
+            den += position(i);
+        }
+        return static_cast<double>(num / den);
+    }
+    default: return window_reduce(op, valid, min_periods);
+    }
 }
 
 std::vector<double> cross_section_reduce(fj::Op op, const std::vector<double>& v) {

@@ -302,7 +302,12 @@ TEST_CASE_TEMPLATE_DEFINE("the alphas that compile, as one program, against the 
         const std::vector<double>& r = refs[k];
         std::size_t defined = 0;
         for (double v : r) defined += !std::isnan(v);
-        if (k < alphas)
+        // #96 and #97 are NaN almost everywhere by construction: a correlation over 3-4 rows of ts_rank(adv60, 4) or
+        // ts_rank(adv60, 17), which is constant (and the correlation NaN) wherever a 60-day mean keeps rising or
+        // falling, under windows that need every row (ts_argmax over 12, decay_linear over 14 or 15, ts_rank):
+        // on this data #96 has no value at all and #97 one in 30; the reference agrees (the values are checked below).
+        const bool nan_by_construction = name == "alpha096" || name == "alpha097";
+        if (k < alphas && !nan_by_construction)
             CHECK_MESSAGE(defined * 20 >= r.size(), name << ": the reference is mostly NaN (" << defined << " of "
                                                          << r.size() << " defined): the data set does not exercise it");
         const std::string msg = fj::test::compare_output(g, r, ds.cols, T::dtype, e.node(), {});

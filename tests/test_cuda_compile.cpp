@@ -545,7 +545,17 @@ TEST_CASE("kernels specialised on leading dimensions compile, with constant stri
 
 TEST_CASE("big bodies keep the codegen v5 shapes (no fj_rsqrt, no warm-up batches)") {
     if (!have_nvrtc()) return;
-    const fj::codegen::Plan plan = fj::codegen::make_plan(fj::test::cuda_op_cases(), fj::DType::F32);
+    // A big body that still runs rows in batches: the cases without Alpha101's time-series operators (all of
+    // them make a body beyond 1500 live instructions, which runs one row at a time: KernelFacts).
+    auto cases = fj::test::cuda_op_cases();
+    std::erase_if(cases, [](const auto& c) {
+        for (const fj::Node* n : fj::topo_order({c.second.node()}))
+            if (n->op == fj::Op::WArgMin || n->op == fj::Op::WArgMax || n->op == fj::Op::WTsRank ||
+                n->op == fj::Op::WProduct || n->op == fj::Op::WDecayLinear)
+                return true;
+        return false;
+    });
+    const fj::codegen::Plan plan = fj::codegen::make_plan(cases, fj::DType::F32);
     REQUIRE(plan.steps.size() == 1);
     fj::codegen::CudaEmitOptions o;
     o.strides.assign(plan.steps[0].kernel.inputs.size() + plan.steps[0].kernel.outputs.size(), 64);
