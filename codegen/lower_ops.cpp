@@ -564,8 +564,11 @@ private:
 // Double-double sums add nothing of their own worth counting, but their terms are rounded before they are
 // summed: x - shift is a float64 subtraction, exact for float32 data but not for float64, whose error u|x -
 // shift| is large where the shift is far from the values (a bad tick that was the pass's first value). That
-// part is not accumulated: it is the current window's, `term` times the sums' magnitude now (the sum of
-// squares bounds the centred moment's share by Cauchy-Schwarz; |Sx| bounds the sum's where the shift is far).
+// part is not accumulated: it is the current window's. For a sum, `term` times |Sx|. For a centred moment
+// P = n Sxx - Sx^2, terms off by d_i (|d_i| <= u |y_i|) move it by at most 2 sqrt(n P sum d_i^2) (Cauchy-Schwarz),
+// so by 2 u sqrt(n Sxx / P) relative: within half the tolerance unless 16 u^2 n Sxx > tolerance^2 P, which is
+// `term_squares` n times the sum of squares against P. (A bound linear in Sxx / P, as the first version had,
+// fired on a third of the passes of clean float64 prices in windows of 5, where the shift lay 30 steps away.)
 //
 // E adds the sums' magnitude itself (an Add: the FMA units are the CPU kernel's busiest) and is multiplied by
 // c * u / tolerance where it is compared. The sizes it adds are magnitudes, never negative (a plain sum of
@@ -573,11 +576,13 @@ private:
 // negative too, which fires the guard), so E never decreases between refolds: the CPU backend relies on that to
 // test a row group's guards once, with the group's last E (codegen/cpu/emit.cpp, GuardForm).
 struct GuardConstants {
-    double per_row;  // c * u / tolerance, u of the sums
-    double term;     // c * u / tolerance for the rounding of the terms (0: they are exact)
+    double per_row;       // c * u / tolerance, u of the sums
+    double term;          // c * u / tolerance for the rounding of the terms (0: they are exact)
+    double term_squares;  // 16 u^2 / tolerance^2 for the rounding of the terms in a centred moment (0: exact)
     static GuardConstants of(bool exact, double tolerance) {
-        const double u = exact ? std::ldexp(1.0, -100) : std::ldexp(1.0, -53);
-        return {4.0 * u / tolerance, exact ? 2.0 * std::ldexp(1.0, -53) / tolerance : 0.0};
+        const double u = exact ? std::ldexp(1.0, -100) : std::ldexp(1.0, -53), u_term = std::ldexp(1.0, -53);
+        if (!exact) return {4.0 * u / tolerance, 0.0, 0.0};
+        return {4.0 * u / tolerance, 2.0 * u_term / tolerance, 16.0 * u_term * u_term / (tolerance * tolerance)};
     }
 };
 
@@ -718,7 +723,7 @@ V Lowering::moments(const Node* node) {
         const GuardConstants k = GuardConstants::of(exact_, tolerance_);
         RefoldBuilder rf(ir_, d);
         Guards guards(ir_, what);
-        if (second) guards.test_bound("squares", squares_magnitude(ir_, sums.running(s2)), m2n, 3.0 * d * k.per_row, 2.0 * d * k.term);
+        if (second) guards.test_bound("squares", squares_magnitude(ir_, sums.running(s2)), m2n, 3.0 * d * k.per_row, d * k.term_squares);
         if (sum) {
             V total = ir_.f(Prim::Fma, g.finite, shift, s1v);
             V one = ir_.constant(1), mag = ir_.f(Prim::Abs, total);
@@ -873,8 +878,8 @@ V Lowering::pair_moments(const Node* node) {
         Guards guards(ir_, what);
         const double k2 = 3.0 * d * k.per_row;
         if (corr) {
-            guards.test_bound("x squares", squares_magnitude(ir_, sums.running(sxx)), vx, k2, 2.0 * d * k.term);
-            guards.test_bound("y squares", squares_magnitude(ir_, sums.running(syy)), vy, k2, 2.0 * d * k.term);
+            guards.test_bound("x squares", squares_magnitude(ir_, sums.running(sxx)), vx, k2, d * k.term_squares);
+            guards.test_bound("y squares", squares_magnitude(ir_, sums.running(syy)), vy, k2, d * k.term_squares);
         } else {
             auto abs = [&](V v) { return ir_.f(Prim::Abs, v); };
             V sxa = magnitude(ir_, sums.running(sx)), sya = magnitude(ir_, sums.running(sy));

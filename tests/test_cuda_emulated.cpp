@@ -438,6 +438,26 @@ void check_outputs(const fj::codegen::Plan& plan, const std::vector<fj::Expr>& r
     }
 }
 
+// Host panels of leading dimension ld for an emulated run: the inputs loaded (padding in_pad), the outputs
+// filled with 12345 (padding out_pad).
+struct HostPanels {
+    std::map<std::string, fj::test::HostBuffer> in_buf, out_buf;
+    std::map<std::string, fj::Panel> in, out;
+    HostPanels(const fj::test::Inputs& inputs, const std::vector<std::string>& outputs, fj::DType dtype, std::int64_t rows,
+               std::int64_t cols, long long ld, double in_pad, double out_pad) {
+        for (const auto& [n, v] : inputs) {
+            in_buf.emplace(n, fj::test::HostBuffer(dtype, rows, cols, ld));
+            in_buf.at(n).load(v, in_pad);
+            in.emplace(n, in_buf.at(n).panel());
+        }
+        for (const auto& n : outputs) {
+            out_buf.emplace(n, fj::test::HostBuffer(dtype, rows, cols, ld));
+            out_buf.at(n).fill(12345.0, out_pad);
+            out.emplace(n, out_buf.at(n).panel());
+        }
+    }
+};
+
 // Every case as a program of its own, then the fused outputs as one program, and their plans.
 struct Programs {
     std::vector<std::vector<std::pair<std::string, fj::Expr>>> outputs;
@@ -646,24 +666,14 @@ TEST_CASE("column scans run refolds as the CPU backend does: spikes, level shift
                 REQUIRE(want);
                 for (std::size_t e = 0; e < emus.size(); ++e) {
                     CAPTURE(e);
-                    std::map<std::string, fj::test::HostBuffer> ib, ob;
-                    std::map<std::string, fj::Panel> ip, op;
-                    for (const auto& [n, v] : ds.inputs) {
-                        ib.emplace(n, fj::test::HostBuffer(dtype, rows, cols, ld));
-                        ib.at(n).load(v, 7.7e30);
-                        ip.emplace(n, ib.at(n).panel());
-                    }
-                    for (const auto& n : plan.outputs) {
-                        ob.emplace(n, fj::test::HostBuffer(dtype, rows, cols, ld));
-                        ob.at(n).fill(12345.0, -3.3e33);
-                        op.emplace(n, ob.at(n).panel());
-                    }
-                    emus[e]->run(pi, plan.steps[0].kernel, ip, op, tile);
+                    HostPanels h(ds.inputs, plan.outputs, dtype, rows, cols, ld, 7.7e30, -3.3e33);
+                    emus[e]->run(pi, plan.steps[0].kernel, h.in, h.out, tile);
                     flagged += emus[e]->flagged();
                     for (std::size_t k = 0; k < progs[pi].size(); ++k) {
-                        const std::string msg = fj::test::agree(ob.at(plan.outputs[k]).cells(), want->at(progs[pi][k].first), cols, dtype);
+                        const fj::test::HostBuffer& got = h.out_buf.at(plan.outputs[k]);
+                        const std::string msg = fj::test::agree(got.cells(), want->at(progs[pi][k].first), cols, dtype);
                         CHECK_MESSAGE(msg.empty(), "`" << progs[pi][k].second.str() << "`: " << msg);
-                        CHECK(ob.at(plan.outputs[k]).padding_changed(-3.3e33).empty());
+                        CHECK(got.padding_changed(-3.3e33).empty());
                     }
                 }
             }
@@ -716,23 +726,12 @@ TEST_CASE("column scans raise repair flags rarely on clean data, and then agree 
             CAPTURE(plan.steps[0].kernel.name);
             const auto want = fj::test::compile_and_run(progs[pi], ds.inputs, rows, cols, dtype, cpu);
             REQUIRE(want);
-            std::map<std::string, fj::test::HostBuffer> ib, ob;
-            std::map<std::string, fj::Panel> ip, op;
-            for (const auto& [n, v] : ds.inputs) {
-                ib.emplace(n, fj::test::HostBuffer(dtype, rows, cols, ld));
-                ib.at(n).load(v, 0.0);
-                ip.emplace(n, ib.at(n).panel());
-            }
-            for (const auto& n : plan.outputs) {
-                ob.emplace(n, fj::test::HostBuffer(dtype, rows, cols, ld));
-                ob.at(n).fill(12345.0, 0.0);
-                op.emplace(n, ob.at(n).panel());
-            }
-            emu.run(pi, plan.steps[0].kernel, ip, op, tile);
+            HostPanels h(ds.inputs, plan.outputs, dtype, rows, cols, ld, 0.0, 0.0);
+            emu.run(pi, plan.steps[0].kernel, h.in, h.out, tile);
             flagged += emu.flagged();
             passes += cols * ((rows + tile - 1) / tile);
             for (std::size_t k = 0; k < progs[pi].size(); ++k) {
-                const std::string msg = fj::test::agree(ob.at(plan.outputs[k]).cells(), want->at(progs[pi][k].first), cols, dtype);
+                const std::string msg = fj::test::agree(h.out_buf.at(plan.outputs[k]).cells(), want->at(progs[pi][k].first), cols, dtype);
                 CHECK_MESSAGE(msg.empty(), "`" << progs[pi][k].second.str() << "`: " << msg);
             }
         }
