@@ -24,6 +24,7 @@
 #include "runtime/cuda/compile.hpp"
 #include "runtime/cuda/launch_config.hpp"
 #include "runtime/cuda/compile.hpp"
+#include "runtime/cuda/row_kernels.hpp"
 #endif
 
 namespace {
@@ -746,6 +747,32 @@ TEST_CASE("cuda_backend() without a GPU says why") {
         CHECK(!why.empty());
         MESSAGE("cuda_backend() is null: " << why);
     }
+}
+
+TEST_CASE("the row kernels (cross-sectional operators) compile for both dtypes, without warnings or a local frame") {
+    if (!have_nvrtc()) return;
+    for (fj::DType dtype : {fj::DType::F32, fj::DType::F64}) {
+        CAPTURE(fj::dtype_name(dtype));
+        const std::string fn = cu::row_kernel_name(dtype);
+        cu::NvrtcOutput out;
+        try {
+            out = cu::nvrtc_compile(cu::row_kernels_source(dtype), fn, cu::nvrtc_options("sm_90", {}), true, "");
+        } catch (const fj::Error& e) {
+            FAIL(e.what());
+        }
+        const cu::CubinResources r = cu::cubin_resources(out.image, fn);
+        CHECK(r.registers > 0);
+        CHECK(r.registers <= 64);  // (1024 threads a block: __launch_bounds__(1024))
+        CHECK(r.stack_bytes == 0);
+        CHECK_MESSAGE(out.log.find("warning") == std::string::npos, out.log);
+    }
+    for (fj::Op op : {fj::Op::Rank, fj::Op::ZScore, fj::Op::Demean, fj::Op::Scale, fj::Op::GroupRank, fj::Op::GroupZScore,
+                      fj::Op::GroupNeutralize})
+        CHECK_NOTHROW(cu::row_kernel_op_code(op));
+    CHECK_THROWS_AS(cu::row_kernel_op_code(fj::Op::WMean), fj::BackendError);
+    CHECK(cu::row_kernel_padded(1) == 2);
+    CHECK(cu::row_kernel_padded(5000) == 8192);
+    CHECK(cu::row_kernel_padded(8192) == 8192);
 }
 
 #else

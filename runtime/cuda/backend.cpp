@@ -18,6 +18,7 @@
 #include "runtime/cuda/cuda_api.hpp"
 #include "runtime/cuda/launch_config.hpp"
 #include "runtime/cuda/memory.hpp"
+#include "runtime/cuda/row_kernels.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace fj::rt {
@@ -73,6 +74,9 @@ struct KernelInfo {  // one kernel of an executable
     double fixed_ms = 0;
     // Kernels with refolds: the repair pass (codegen::select_repair_kernel), run after a kernel that raises flags.
     std::shared_ptr<const LoadedKernel> repair;
+    // Row steps (cross-sectional operators): the operator; `loaded` is the row kernel of the panels' dtype
+    // (runtime/cuda/row_kernels.hpp), the same for every row step.
+    const Node* row_op = nullptr;
 };
 
 // Gives the kernel specialised on these panels (codegen::select_kernel's choice), from the caches or
@@ -117,6 +121,8 @@ private:
         return tmp_views_[static_cast<std::size_t>(r.index)];
     }
     void update_shapes(std::int64_t rows, std::int64_t cols);
+    void run_kernel_step(std::size_t i, std::int64_t rows, std::int64_t cols, RunMemory& mem);
+    void run_row_step(const KernelInfo& k, std::int64_t rows, std::int64_t cols, RunMemory& mem);
     void append_tensor_maps(const KernelInfo& k, std::int64_t rows, std::int64_t cols, int box_rows);
 
     const Device& dev_;
@@ -177,13 +183,14 @@ void CudaExecutable::update_shapes(std::int64_t rows, std::int64_t cols) {
     run_kernels_.resize(kernels_.size());
     bool same = rows == shape_rows_ && cols == shape_cols_;
     for (std::size_t i = 0; i < kernels_.size(); ++i) {  // once per kernel and run
-        run_kernels_[i] = &kernel_for_run(i, rows, cols);
+        run_kernels_[i] = kernels_[i].row_op ? kernels_[i].loaded.get() : &kernel_for_run(i, rows, cols);
         same = same && shape_fn_[i] == run_kernels_[i]->fn;
     }
     if (same) return;
     for (std::size_t i = 0; i < kernels_.size(); ++i) {
         const LoadedKernel& lk = *run_kernels_[i];
         shape_fn_[i] = lk.fn;
+        if (kernels_[i].row_op) continue;  // (row steps: run_row_step)
         LaunchInput li;
         li.rows = rows;
         li.cols = cols;
@@ -253,43 +260,10 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
     update_shapes(rows, cols);
     for (std::size_t i = 0; i < kernels_.size(); ++i) {
         const KernelInfo& k = kernels_[i];
-        const LaunchShape& s = shapes_[i];
         for (const ArgRef& r : k.out_refs)
             if (r.kind == ArgRef::Intermediate) tmp_views_[static_cast<std::size_t>(r.index)].ptr = mem.alloc(dense);
-        words_.clear();
-        for (const ArgRef& r : k.in_refs) words_.push_back(view(r).ptr);
-        for (const ArgRef& r : k.in_refs) words_.push_back(static_cast<std::uint64_t>(view(r).ld));
-        for (const ArgRef& r : k.out_refs) words_.push_back(view(r).ptr);
-        for (const ArgRef& r : k.out_refs) words_.push_back(static_cast<std::uint64_t>(view(r).ld));
-        words_.push_back(static_cast<std::uint64_t>(rows));
-        words_.push_back(static_cast<std::uint64_t>(cols));
-        words_.push_back(static_cast<std::uint64_t>(s.tile_rows));
-        words_.push_back(static_cast<std::uint64_t>(s.ntiles));
-        const bool flags = run_kernels_[i]->flags;
-        CUdeviceptr flag_words = 0;
-        if (flags) {
-            // One bit per column and time tile, zeroed on the stream before the kernel raises them.
-            const std::size_t words = static_cast<std::size_t>(s.ntiles) * static_cast<std::size_t>(codegen::cuda_flag_words(cols));
-            flag_words = mem.alloc(words * sizeof(std::uint32_t));
-            FJ_CU(cuMemsetD32Async, flag_words, 0u, words, stream_);
-            words_.push_back(flag_words);
-            words_.push_back(static_cast<std::uint64_t>(codegen::cuda_flag_words(cols)));
-        }
-        if (run_kernels_[i]->scan.smem_bytes > 0) append_tensor_maps(k, rows, cols, run_kernels_[i]->scan.box_rows);
-        void* params[] = {words_.data()};
-        FJ_CU(cuLaunchKernel, shape_fn_[i], static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.grid_y), 1u,
-              static_cast<unsigned>(s.block), 1u, 1u, static_cast<unsigned>(shape_smem_[i]), stream_, params, nullptr);
-        if (flags) {
-            // The repair pass over the same tiles: a block's threads read their flag and leave, except where a pass
-            // needs its refolds (docs/numerics.md). Its own block size; as many tiles per grid row as fit.
-            if (!k.repair) throw BackendError(fmt::format("cuda: kernel {} raises repair flags but has no repair pass", k.kernel->name));
-            const LoadedKernel& r = *k.repair;
-            const std::int64_t grid_x = (cols + r.block - 1) / r.block;
-            const std::int64_t grid_y = std::min<std::int64_t>(s.ntiles, dev_.max_grid_y);
-            FJ_CU(cuLaunchKernel, r.fn, static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), 1u,
-                  static_cast<unsigned>(r.block), 1u, 1u, 0u, stream_, params, nullptr);
-            mem.release(flag_words);
-        }
+        if (k.row_op) run_row_step(k, rows, cols, mem);
+        else run_kernel_step(i, rows, cols, mem);
         // Intermediates nothing later reads go back to the pool, ordered after this step on the stream.
         for (int m : plan_.steps[i].frees) {
             mem.release(tmp_views_[static_cast<std::size_t>(m)].ptr);
@@ -299,6 +273,74 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
     for (std::size_t o = 0; o < outputs.size(); ++o)
         if (outputs[o].memory != Memory::Cuda) copy_2d(stream_, false, outputs[o], out_views_[o].ptr, cols);
     FJ_CU(cuStreamSynchronize, stream_);
+}
+
+// A time-series step: its kernel (and, where it raises repair flags, the repair pass after it).
+void CudaExecutable::run_kernel_step(std::size_t i, std::int64_t rows, std::int64_t cols, RunMemory& mem) {
+    const KernelInfo& k = kernels_[i];
+    const LaunchShape& s = shapes_[i];
+    words_.clear();
+    for (const ArgRef& r : k.in_refs) words_.push_back(view(r).ptr);
+    for (const ArgRef& r : k.in_refs) words_.push_back(static_cast<std::uint64_t>(view(r).ld));
+    for (const ArgRef& r : k.out_refs) words_.push_back(view(r).ptr);
+    for (const ArgRef& r : k.out_refs) words_.push_back(static_cast<std::uint64_t>(view(r).ld));
+    words_.push_back(static_cast<std::uint64_t>(rows));
+    words_.push_back(static_cast<std::uint64_t>(cols));
+    words_.push_back(static_cast<std::uint64_t>(s.tile_rows));
+    words_.push_back(static_cast<std::uint64_t>(s.ntiles));
+    const bool flags = run_kernels_[i]->flags;
+    CUdeviceptr flag_words = 0;
+    if (flags) {
+        // One bit per column and time tile, zeroed on the stream before the kernel raises them.
+        const std::size_t words = static_cast<std::size_t>(s.ntiles) * static_cast<std::size_t>(codegen::cuda_flag_words(cols));
+        flag_words = mem.alloc(words * sizeof(std::uint32_t));
+        FJ_CU(cuMemsetD32Async, flag_words, 0u, words, stream_);
+        words_.push_back(flag_words);
+        words_.push_back(static_cast<std::uint64_t>(codegen::cuda_flag_words(cols)));
+    }
+    if (run_kernels_[i]->scan.smem_bytes > 0) append_tensor_maps(k, rows, cols, run_kernels_[i]->scan.box_rows);
+    void* params[] = {words_.data()};
+    FJ_CU(cuLaunchKernel, shape_fn_[i], static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.grid_y), 1u,
+          static_cast<unsigned>(s.block), 1u, 1u, static_cast<unsigned>(shape_smem_[i]), stream_, params, nullptr);
+    if (flags) {
+        // The repair pass over the same tiles: a block's threads read their flag and leave, except where a pass
+        // needs its refolds (docs/numerics.md). Its own block size; as many tiles per grid row as fit.
+        if (!k.repair) throw BackendError(fmt::format("cuda: kernel {} raises repair flags but has no repair pass", k.kernel->name));
+        const LoadedKernel& r = *k.repair;
+        const std::int64_t grid_x = (cols + r.block - 1) / r.block;
+        const std::int64_t grid_y = std::min<std::int64_t>(s.ntiles, dev_.max_grid_y);
+        FJ_CU(cuLaunchKernel, r.fn, static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), 1u,
+              static_cast<unsigned>(r.block), 1u, 1u, 0u, stream_, params, nullptr);
+        mem.release(flag_words);
+    }
+}
+
+// A row step: the row kernel once per name its result has. Rows whose sort keys fit a block's shared memory sort
+// there; wider ones in a scratch area of global memory, a block's share each (runtime/cuda/row_kernels.hpp).
+void CudaExecutable::run_row_step(const KernelInfo& k, std::int64_t rows, std::int64_t cols, RunMemory& mem) {
+    const LoadedKernel& lk = *k.loaded;
+    const Op op = k.row_op->op;
+    const std::int64_t padded = row_kernel_padded(cols);
+    const std::int64_t key_bytes = padded * row_kernel_key_bytes(dtype_);
+    const bool in_smem = key_bytes <= dev_.smem_optin;
+    const std::int64_t blocks = std::min<std::int64_t>(rows, in_smem ? std::int64_t{1} << 30 : 2LL * dev_.sm_count);
+    CUdeviceptr scratch = 0;
+    if (!in_smem) scratch = mem.alloc(static_cast<std::size_t>(blocks * key_bytes));
+    const int smem = in_smem ? static_cast<int>(key_bytes) : 0;
+    if (smem > 48 * 1024) FJ_CU(cuFuncSetAttribute, lk.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem);
+    const DevView x = view(k.in_refs.at(0));
+    const DevView g = row_kernel_grouped(op) ? view(k.in_refs.at(1)) : DevView{0, 0};
+    for (const ArgRef& r : k.out_refs) {
+        const DevView o = view(r);
+        std::uint64_t w[kRowKernelParamWords] = {x.ptr, static_cast<std::uint64_t>(x.ld), g.ptr, static_cast<std::uint64_t>(g.ld),
+                                                 o.ptr, static_cast<std::uint64_t>(o.ld), static_cast<std::uint64_t>(rows),
+                                                 static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(row_kernel_op_code(op)),
+                                                 static_cast<std::uint64_t>(padded), scratch};
+        void* params[] = {w};
+        FJ_CU(cuLaunchKernel, lk.fn, static_cast<unsigned>(blocks), 1u, 1u, static_cast<unsigned>(kRowKernelThreads), 1u, 1u,
+              static_cast<unsigned>(smem), stream_, params, nullptr);
+    }
+    if (scratch) mem.release(scratch);
 }
 
 // A window scan's tensor maps, after the words at the next 128 bytes: per input, boxes of a batch and of the
@@ -328,6 +370,17 @@ std::string CudaExecutable::explain() const {
     for (std::size_t i = 0; i < kernels_.size(); ++i) {
         const KernelInfo& k = kernels_[i];
         const LoadedKernel& lk = *k.loaded;
+        if (k.row_op) {
+            out += fmt::format("  row step {}: {} over whole rows, kernel {} ({}, {:.2f} ms), {} registers, blocks of {} threads, "
+                               "a block per row, keys sorted in shared memory up to {} columns\n",
+                               k.kernel->name, op_name(k.row_op->op), lk.function, cache_source_name(k.source), k.ms, lk.registers,
+                               kRowKernelThreads, [&] {
+                                   std::int64_t p = 2;  // (the largest power of two whose keys fit)
+                                   while (2 * p * row_kernel_key_bytes(dtype_) <= dev_.smem_optin) p *= 2;
+                                   return p;
+                               }());
+            continue;
+        }
         out += fmt::format("  kernel {}: {} ({:.2f} ms, module load {:.2f} ms), {} registers, {} bytes local, "
                            "block {} ({} per SM), halo {}\n",
                            lk.function, cache_source_name(k.source), k.ms, k.load_ms, lk.registers, lk.local_bytes,
@@ -364,10 +417,12 @@ class CudaBackend final : public BackendImpl {
 public:
     CudaBackend(const Device& dev, NvrtcTarget target) : dev_(dev), target_(std::move(target)) {}
     const char* name() const override { return "cuda"; }
+    bool runs_row_steps() const override { return true; }
     std::unique_ptr<Executable> prepare(const codegen::Plan& plan, DType dtype, const CompileOptions& options) override;
 
 private:
     std::shared_ptr<const LoadedKernel> load(const std::string& key, const CacheEntry& e, const KernelChoice& choice);
+    std::shared_ptr<const LoadedKernel> row_kernel(DType dtype, const CudaSettings& settings, CacheSource* source);
 
     const Device& dev_;
     NvrtcTarget target_;
@@ -433,13 +488,56 @@ std::shared_ptr<const LoadedKernel> CudaBackend::load(const std::string& key, co
     return lk;
 }
 
+std::shared_ptr<const LoadedKernel> CudaBackend::row_kernel(DType dtype, const CudaSettings& settings, CacheSource* source) {
+    const std::string src = row_kernels_source(dtype);
+    const std::string opts = fmt::format("{}", fmt::join(nvrtc_options(target_.arch, settings), " "));
+    const std::string key = fmt::format("fj-cuda-rows source={:016x} target={}{} nvrtc={} opts=[{}]", fnv1a64(src.data(), src.size()),
+                                        target_.arch, target_.cubin ? "" : "(ptx)", nvrtc_api().version, opts);
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (auto it = loaded_.find(key); it != loaded_.end()) {
+            *source = CacheSource::Memory;
+            return it->second;
+        }
+    }
+    CacheResult r = KernelCache::global().get(key, [&] {
+        const std::string function = row_kernel_name(dtype);
+        NvrtcOutput out = nvrtc_compile(src, function, nvrtc_options(target_.arch, settings), target_.cubin,
+                                        dump_source(function, src));
+        CacheEntry e;
+        e.function = function;
+        e.cubin = out.cubin;
+        e.image = std::move(out.image);
+        return e;
+    });
+    *source = r.source;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = loaded_.find(key);
+    if (it == loaded_.end()) {
+        auto lk = std::make_shared<LoadedKernel>();
+        lk->key = key;
+        lk->function = r.entry->function;
+        FJ_CU(cuModuleLoadData, &lk->module, r.entry->image.data());
+        try {
+            FJ_CU(cuModuleGetFunction, &lk->fn, lk->module, lk->function.c_str());
+            FJ_CU(cuFuncGetAttribute, &lk->registers, CU_FUNC_ATTRIBUTE_NUM_REGS, lk->fn);
+            FJ_CU(cuFuncGetAttribute, &lk->local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, lk->fn);
+        } catch (...) {
+            driver_api().cuModuleUnload(lk->module);
+            throw;
+        }
+        lk->block = kRowKernelThreads;
+        it = loaded_.emplace(key, std::move(lk)).first;
+    }
+    return it->second;
+}
+
 std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DType dtype, const CompileOptions& options) {
     const auto t0 = std::chrono::steady_clock::now();
     make_current(dev_);
     CudaSettings settings = CudaSettings::from_env();
     settings.fmad = options.fma_contraction;
     const codegen::DeviceFacts facts{target_.arch, dev_.smem_optin};
-    codegen::refuse_row_steps(plan, "CUDA");  // row steps (cross-sectional operators) have no CUDA kernels yet
     const std::size_t n = plan.steps.size();
     std::vector<KernelInfo> kernels(n);
     // What to load: each step's generic kernel, and with FJ_CUDA_GUARD=1 for kernels with refolds their repair
@@ -456,6 +554,11 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
         std::lock_guard<std::mutex> lock(mutex_);
         for (std::size_t i = 0; i < n; ++i) {
             kernels[i].kernel = &plan.steps[i].kernel;
+            if (plan.steps[i].kind == codegen::StepKind::Row) {
+                kernels[i].row_op = plan.steps[i].row_op();
+                row_kernel_op_code(kernels[i].row_op->op);  // (throws for an operator without a row kernel)
+                continue;
+            }
             jobs.push_back({i, false, codegen::select_kernel(*kernels[i].kernel, dtype, {}, facts, settings), {}});
             if (!kernels[i].kernel->refolds.empty() && settings.guard == 1)
                 jobs.push_back({i, true, codegen::select_repair_kernel(dtype, settings), {}});
@@ -499,6 +602,13 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
         }
         (job.repair ? k.repair : k.loaded) = it->second;
     }
+    // Row steps: the row kernel of the dtype, compiled once per process and cached like the generated kernels.
+    for (KernelInfo& k : kernels)
+        if (k.row_op) {
+            const auto t1 = std::chrono::steady_clock::now();
+            k.loaded = row_kernel(dtype, settings, &k.source);
+            k.ms = ms_since(t1);
+        }
     Specializer specialize = [this, dtype, facts, settings](const ir::Kernel& k, const codegen::PanelClass& panels,
                                                             CacheSource* source, double* ms) {
         const KernelChoice choice = codegen::select_kernel(k, dtype, panels, facts, settings);

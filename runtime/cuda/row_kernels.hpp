@@ -1,0 +1,39 @@
+// Row steps on CUDA: the cross-sectional operators (rank, zscore, demean, scale and their group forms) as
+// hand-written kernels, compiled once per panel dtype with NVRTC and cached like the generated ones
+// (docs/architecture.md, "Row steps"; the definitions are docs/operators.md's, the same as runtime/cpu/row_ops.cpp).
+//
+// A block owns a row (blocks stride over rows). It keys the row's valid columns by (group id, value) in an
+// order-preserving integer form (NaN values and NaN group ids are left out and their outputs are NaN),
+// sorts them with a bitonic sort, in shared memory where the row fits (row_kernels_smem_columns()) and in a
+// global scratch area of the launch otherwise, then gives each group (the whole row for the plain operators)
+// to a warp: its count, sums and extremes in a fixed order (results do not depend on the launch), its
+// ranks by binary search of the tie runs in the sorted keys. Columns of a row: 1 to 2^30.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dsl/dtype.hpp"
+#include "dsl/op.hpp"
+
+namespace fj::rt::cuda {
+
+// The operator codes the kernels take (their `op` parameter).
+int row_kernel_op_code(Op op);  // throws fj::BackendError for an operator that is not cross-sectional
+bool row_kernel_grouped(Op op);
+
+// The translation unit (no #include); its kernel is row_kernel_name(dtype).
+std::string row_kernels_source(DType dtype);
+std::string row_kernel_name(DType dtype);
+
+// Threads per block, and the bytes of sort keys per column (a power-of-two count of columns is sorted).
+inline constexpr int kRowKernelThreads = 1024;
+int row_kernel_key_bytes(DType dtype);
+// The padded column count a row of `cols` columns sorts (the next power of two).
+std::int64_t row_kernel_padded(std::int64_t cols);
+
+// Parameter block (8-byte words): x, x_ld, g (0: none), g_ld, out, out_ld, rows, cols, op, padded, scratch
+// (0: keys in shared memory; else padded * key bytes per block of the grid, in global memory).
+inline constexpr int kRowKernelParamWords = 11;
+
+}  // namespace fj::rt::cuda
