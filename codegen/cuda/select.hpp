@@ -79,9 +79,10 @@ struct KernelChoice {
     CudaEmitOptions options;  // what emit_cuda generates
     WindowScanLayout scan;    // window scans' launch needs (smem_bytes 0 for column scans)
     CudaSettings settings;    // the settings the choice was made with (specialised: their rows per batch)
-    // For kernels with refolds, what the choice's code is generated from (null for the others): column scans,
-    // ir::flag_refolds(kernel), whose passes raise repair flags for select_repair_kernel's pass; window and
-    // chained scans, which have no guard yet (docs/numerics.md), ir::without_refolds(kernel).
+    // For kernels with refolds, what the choice's code is generated from (null for the others): with
+    // FJ_CUDA_GUARD=1, column scans from ir::flag_refolds(kernel), whose passes raise repair flags for
+    // select_repair_kernel's pass; otherwise, and for window and chained scans (no guard yet, docs/numerics.md),
+    // ir::without_refolds(kernel).
     std::shared_ptr<const ir::Kernel> scan_kernel;
     // Whether the code raises repair flags (a column scan of a kernel with refolds): its launches take the flags
     // words, zeroed first, and the repair pass (select_repair_kernel) follows them on the same stream with the same
