@@ -8,24 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "bench/median_time.hpp"
 #include "factorjit.hpp"
 
 namespace {
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-template <class F>
-double median_time(int reps, F f) {
-    f();  // warm-up: page faults, compilation
-    std::vector<double> t;
-    for (int i = 0; i < reps; ++i) {
-        const double s = now();
-        f();
-        t.push_back(now() - s);
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-}
+using fj::bench::median_time;
+using fj::bench::now;
 
 }  // namespace
 

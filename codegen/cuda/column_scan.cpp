@@ -133,21 +133,21 @@ std::string emit_column_scan(const KernelFacts& facts, const ColumnScanPlan& pla
     return ColumnScanEmitter(facts, plan).run();
 }
 
-bool ColumnScanEmitter::raises_flags() const {
-    for (std::size_t i = 0; i < k_.body.size(); ++i)
-        if (f_.live[i] && k_.body[i].op == Prim::Flag) return true;
+bool ColumnScanEmitter::raises_flags(const KernelFacts& f) {
+    for (std::size_t i = 0; i < f.kernel.body.size(); ++i)
+        if (f.live[i] && f.kernel.body[i].op == Prim::Flag) return true;
     return false;
 }
 
 void ColumnScanEmitter::pass_end() {
     // One atomic per column and tile that needs its refolds (rare: docs/numerics.md), none elsewhere.
-    if (raises_flags()) line(2, "if (fj_need) atomicOr(p.flags + tile * p.flag_words + (j >> 5), 1u << (j & 31));");
+    if (flags_) line(2, "if (fj_need) atomicOr(p.flags + tile * p.flag_words + (j >> 5), 1u << (j & 31));");
     line(1, "}}");
     line(0, "}}");
 }
 
 std::string ColumnScanEmitter::run() {
-    print_header(src_, f_, {U_, !p_.echo.empty(), p_.hints, false, raises_flags() || o_.repair});
+    print_header(src_, f_, {U_, !p_.echo.empty(), p_.hints, false, flags_ || o_.repair});
     kernel();
     return src_.take();
 }
@@ -208,7 +208,7 @@ void ColumnScanEmitter::kernel() {
     line(2, "const long long row_begin = out_begin > {} ? out_begin - {} : 0;", halo, halo);
     // The repair pass runs a tile of a column only where the main kernel raised its flag.
     if (o_.repair) line(2, "if (!((p.flags[tile * p.flag_words + (j >> 5)] >> (j & 31)) & 1u)) continue;");
-    if (raises_flags()) line(2, "bool fj_need = false;  // a row of this pass needs its refolds (the repair pass reruns it)");
+    if (flags_) line(2, "bool fj_need = false;  // a row of this pass needs its refolds (the repair pass reruns it)");
     for (std::size_t s = 0; s < k_.states.size(); ++s) {
         if (f_.int_state[s])
             line(2, "{} s{} = {};  // {}", f_.int32_state[s] ? "int" : "long long", s,

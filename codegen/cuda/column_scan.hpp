@@ -60,12 +60,12 @@ public:
     ColumnScanEmitter(const KernelFacts& facts, const ColumnScanPlan& plan)
         : f_(facts), p_(plan), k_(facts.kernel), o_(facts.options), U_(plan.batch_rows),
           T_(facts.options.dtype == DType::F32 ? "float" : "double"), name_(cuda_kernel_name(facts.kernel)),
-          printer_(src_, facts, plan.echo) {}
+          printer_(src_, facts, plan.echo), flags_(raises_flags(facts)) {}
     std::string run();
 
 private:
     // Whether the kernel raises repair flags (ir::flag_refolds; docs/numerics.md): a live Flag instruction.
-    bool raises_flags() const;
+    static bool raises_flags(const KernelFacts& facts);
     // The end of a tile's pass: its flag raised where a row asked for it; closes the tile loop and the kernel.
     void pass_end();
     template <class... A>
@@ -104,6 +104,7 @@ private:
     const std::string name_;
     Source src_;
     InstructionPrinter printer_;
+    const bool flags_;
 };
 
 }  // namespace fj::codegen::detail

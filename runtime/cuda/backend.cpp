@@ -322,7 +322,7 @@ void CudaExecutable::run_row_step(const KernelInfo& k, std::int64_t rows, std::i
     const Op op = k.row_op->op;
     const std::int64_t padded = row_kernel_padded(cols);
     const std::int64_t key_bytes = padded * row_kernel_key_bytes(dtype_);
-    const bool in_smem = key_bytes <= dev_.smem_optin;
+    const bool in_smem = padded <= row_kernel_smem_columns(dtype_, dev_.smem_optin);
     const std::int64_t blocks = std::min<std::int64_t>(rows, in_smem ? std::int64_t{1} << 30 : 2LL * dev_.sm_count);
     CUdeviceptr scratch = 0;
     if (!in_smem) scratch = mem.alloc(static_cast<std::size_t>(blocks * key_bytes));
@@ -374,11 +374,7 @@ std::string CudaExecutable::explain() const {
             out += fmt::format("  row step {}: {} over whole rows, kernel {} ({}, {:.2f} ms), {} registers, blocks of {} threads, "
                                "a block per row, keys sorted in shared memory up to {} columns\n",
                                k.kernel->name, op_name(k.row_op->op), lk.function, cache_source_name(k.source), k.ms, lk.registers,
-                               kRowKernelThreads, [&] {
-                                   std::int64_t p = 2;  // (the largest power of two whose keys fit)
-                                   while (2 * p * row_kernel_key_bytes(dtype_) <= dev_.smem_optin) p *= 2;
-                                   return p;
-                               }());
+                               kRowKernelThreads, row_kernel_smem_columns(dtype_, dev_.smem_optin));
             continue;
         }
         out += fmt::format("  kernel {}: {} ({:.2f} ms, module load {:.2f} ms), {} registers, {} bytes local, "

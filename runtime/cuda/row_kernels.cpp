@@ -191,4 +191,10 @@ std::int64_t row_kernel_padded(std::int64_t cols) {
     return p;
 }
 
+std::int64_t row_kernel_smem_columns(DType dtype, int smem_bytes) {
+    std::int64_t p = 2;
+    while (2 * p * row_kernel_key_bytes(dtype) <= smem_bytes) p *= 2;
+    return p;
+}
+
 }  // namespace fj::rt::cuda

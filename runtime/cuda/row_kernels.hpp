@@ -31,6 +31,8 @@ inline constexpr int kRowKernelThreads = 1024;
 int row_kernel_key_bytes(DType dtype);
 // The padded column count a row of `cols` columns sorts (the next power of two).
 std::int64_t row_kernel_padded(std::int64_t cols);
+// The widest padded row whose keys fit `smem_bytes` of a block's shared memory; wider rows sort in global memory.
+std::int64_t row_kernel_smem_columns(DType dtype, int smem_bytes);
 
 // Parameter block (8-byte words): x, x_ld, g (0: none), g_ld, out, out_ld, rows, cols, op, padded, scratch
 // (0: keys in shared memory; else padded * key bytes per block of the grid, in global memory).
