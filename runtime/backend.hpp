@@ -17,8 +17,18 @@ class Executable {
 public:
     virtual ~Executable() = default;
     // inputs in plan.inputs order, outputs in plan.outputs order; shapes and dtypes already checked
-    // by Program::run (all equal, the dtype this executable was compiled for).
-    virtual void run(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs) = 0;
+    // by Program::run (all equal, the dtype this executable was compiled for). `options`: budgets,
+    // forced chunking and the progress callback (RunOptions); the executable chooses its chunks with
+    // runtime/chunk_plan.hpp. Returns when the outputs are complete.
+    virtual void run(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs,
+                     const RunOptions& options) = 0;
+    // Enqueues the run on `stream` (a CUstream as void*) without waiting (Program::run_async). The default,
+    // for backends without streams, runs synchronously and ignores the stream.
+    virtual void run_async(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs, void* stream,
+                           const RunOptions& options) {
+        (void)stream;
+        run(inputs, outputs, options);
+    }
     virtual std::string explain() const = 0;  // kernels, cache hits, compile times
 };
 

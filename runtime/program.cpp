@@ -130,8 +130,17 @@ const std::vector<std::string>& Program::output_names() const { return impl_->pl
 const std::vector<std::string>& Program::input_names() const { return impl_->plan().inputs; }
 Backend Program::backend() const { return impl_->backend; }
 
-void Program::run(const std::map<std::string, Panel>& inputs, const std::map<std::string, Panel>& outputs) const {
-    const codegen::Plan& plan = impl_->plan();
+namespace {
+
+// The checked run: the executable for the panels' dtype and the panels in the plan's order.
+struct CheckedRun {
+    rt::Executable* executable = nullptr;
+    std::vector<Panel> ins, outs;
+};
+
+CheckedRun check_run(Program::Impl& impl, const std::map<std::string, Panel>& inputs,
+                            const std::map<std::string, Panel>& outputs) {
+    const codegen::Plan& plan = impl.plan();
     std::vector<Panel> ins, outs;
     const Panel* first = nullptr;
     std::string first_name;
@@ -175,9 +184,36 @@ void Program::run(const std::map<std::string, Panel>& inputs, const std::map<std
             if (overlaps(outs[o], outs[p]))
                 throw InputError(fmt::format("outputs '{}' and '{}' overlap", plan.outputs[p], plan.outputs[o]));
     }
-    if (first->memory == Memory::Cuda && impl_->backend != Backend::Cuda)
+    if (first->memory == Memory::Cuda && impl.backend != Backend::Cuda)
         throw InputError(fmt::format("'{}' is GPU memory but the program was compiled for the CPU backend", first_name));
-    impl_->executable(first->dtype).run(ins, outs);
+    return {&impl.executable(first->dtype), std::move(ins), std::move(outs)};
+}
+
+void check_options(const RunOptions& options) {
+    if (options.max_device_bytes < 0 || options.max_host_bytes < 0 || options.chunk_rows < 0 || options.chunk_cols < 0)
+        throw InputError(fmt::format("RunOptions: negative budget or chunk size (max_device_bytes {}, max_host_bytes {}, "
+                                     "chunk_rows {}, chunk_cols {})",
+                                     options.max_device_bytes, options.max_host_bytes, options.chunk_rows,
+                                     options.chunk_cols));
+    if (options.chunk_rows > 0 && options.chunk_cols > 0)
+        throw InputError("RunOptions: chunk_rows and chunk_cols are both set; a run is chunked over time or over "
+                         "columns, not both");
+}
+
+}  // namespace
+
+void Program::run(const std::map<std::string, Panel>& inputs, const std::map<std::string, Panel>& outputs,
+                  const RunOptions& options) const {
+    check_options(options);
+    CheckedRun r = check_run(*impl_, inputs, outputs);
+    r.executable->run(r.ins, r.outs, options);
+}
+
+void Program::run_async(const std::map<std::string, Panel>& inputs, const std::map<std::string, Panel>& outputs,
+                        void* stream, const RunOptions& options) const {
+    check_options(options);
+    CheckedRun r = check_run(*impl_, inputs, outputs);
+    r.executable->run_async(r.ins, r.outs, stream, options);
 }
 
 std::string Program::explain() const {

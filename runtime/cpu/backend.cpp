@@ -52,7 +52,8 @@ public:
         }
     }
 
-    void run(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs) override {
+    void run(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs, const RunOptions& options) override {
+        (void)options;
         const std::int64_t rows = inputs.empty() ? outputs.front().rows : inputs.front().rows;
         const std::int64_t cols = inputs.empty() ? outputs.front().cols : inputs.front().cols;
         if (rows == 0 || cols == 0) return;

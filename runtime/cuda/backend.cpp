@@ -108,7 +108,7 @@ public:
             if (const Driver* d = driver()) d->cuStreamDestroy(stream_);  // errors at process exit are moot
     }
 
-    void run(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs) override;
+    void run(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs, const RunOptions& options) override;
     std::string explain() const override;
 
 private:
@@ -222,7 +222,8 @@ void CudaExecutable::update_shapes(std::int64_t rows, std::int64_t cols) {
     shape_cols_ = cols;
 }
 
-void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs) {
+void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs,
+                         const RunOptions& /*options: the stream pipeline's, still to come*/) {
     if (inputs.size() != plan_.inputs.size() || outputs.size() != plan_.outputs.size())
         throw InputError(fmt::format("cuda: run with {} input(s) and {} output(s); the program has {} and {}",
                                      inputs.size(), outputs.size(), plan_.inputs.size(), plan_.outputs.size()));
