@@ -4,7 +4,9 @@
 # with --peers, /work/shared/peers/rolling_corr_peers.py (copied to .carry/) at 50,000 x $PEERS_N (10,000).
 # A short table comes last. Logs go to $OUT (the device tool's output folder) or /tmp/fj_gpu_out.
 #
-#   bench/gpu_run.sh [--quick] [--peers] [--profile] [--no-tests] [--no-bench] [--no-xcheck] [--kernel-suites]
+#   bench/gpu_run.sh [--quick] [--peers] [--profile] [--no-tests] [--no-bench] [--no-xcheck] [--kernel-suites] [--a1]
+# --a1: the 101 alphas on 4,000 x 5,000 float32 (bench/alpha_data.py's market): a cold process (empty kernel
+# cache), then a warm-disk-cache one, each with --repeat 3 and FJ_PROFILE's per-step times.
 # --profile: SASS instruction counts of the headline kernel (cuobjdump) and an ncu run of it.
 # --kernel-suites: the GPU suite twice more, on window scans and on chained window scans wherever a kernel
 # can be one (about 10 more minutes: with them the visit no longer fits one 600 s device call).
@@ -18,7 +20,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 LOG=${OUT:-/tmp/fj_gpu_out}
 mkdir -p "$LOG"
-QUICK="" PEERS=0 TESTS=1 BENCH=1 PROFILE=0 XCHECK=1 SUITES=0
+QUICK="" PEERS=0 TESTS=1 BENCH=1 PROFILE=0 XCHECK=1 SUITES=0 A1=0
 for a in "$@"; do
   case "$a" in
     --quick) QUICK=--quick ;;
@@ -28,6 +30,7 @@ for a in "$@"; do
     --no-xcheck) XCHECK=0 ;;
     --kernel-suites) SUITES=1 ;;
     --profile) PROFILE=1 ;;
+    --a1) A1=1 ;;
     *) echo "unknown option $a"; exit 2 ;;
   esac
 done
@@ -122,6 +125,19 @@ fi
 
 if [ $BENCH = 1 ]; then
   "$BUILD/bench_gpu" $QUICK 2>&1 | tee "$LOG/bench.log"
+fi
+
+if [ $A1 = 1 ]; then
+  A1_DATA=$BUILD/a1_data
+  [ -f "$A1_DATA/close.npy" ] || python3 bench/alpha_data.py ${A1_T:-4000} ${A1_N:-5000} "$A1_DATA" > "$LOG/a1_data.log" 2>&1
+  rm -rf "$FJ_CACHE_DIR"
+  for state in cold warm-disk; do
+    echo "== A1 ($state kernel cache): factorjit alpha101 --data $A1_DATA --backend cuda --repeat 3"
+    FJ_PROFILE=1 timeout 400 "$BUILD/factorjit" alpha101 --data "$A1_DATA" --backend cuda --repeat 3 > "$LOG/a1_$state.log" 2>&1
+    echo "rc=$?"
+    grep -v "^  " "$LOG/a1_$state.log" | tail -12
+    grep -A12 "factorjit profile" "$LOG/a1_$state.log" | tail -13
+  done
 fi
 
 if [ $PROFILE = 1 ]; then

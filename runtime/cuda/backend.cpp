@@ -4,6 +4,8 @@
 // is codegen::select_kernel's choice; compiling is runtime/cuda/compile.cpp, caching kernel_cache.cpp.
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
@@ -79,12 +81,53 @@ struct KernelInfo {  // one kernel of an executable
     const Node* row_op = nullptr;
 };
 
-// Gives the kernel specialised on these panels (codegen::select_kernel's choice), from the caches or
-// compiled now (CacheSource: how).
-using Specializer = std::function<std::shared_ptr<const LoadedKernel>(const ir::Kernel&, const codegen::PanelClass&,
-                                                                      CacheSource*, double*)>;
+// Specialised kernels on these panels (codegen::select_kernel's choice): each from the caches or compiled
+// now, the compilations in parallel (a program of a hundred factors specialises hundreds of kernels at its
+// first big run), then loaded on the calling thread (the context is current there).
+struct SpecializeRequest {
+    const ir::Kernel* kernel = nullptr;
+    codegen::PanelClass panels;
+    std::shared_ptr<const LoadedKernel> result;
+    CacheSource source = CacheSource::Compiled;
+    double ms = 0;
+};
+using Specializer = std::function<void(std::vector<SpecializeRequest>&)>;
 
 class CudaBackend;
+
+// Events between a run's phases (FJ_PROFILE): mark(i) records event i on the stream; intervals() gives the
+// times between consecutive marks after the stream is synchronized (the first from the run's first event).
+// Size 0: nothing is recorded.
+class StepProfile {
+public:
+    StepProfile(std::size_t marks, CUstream stream) : stream_(stream) {
+        events_.resize(marks + (marks ? 1 : 0), nullptr);
+        for (CUevent& e : events_) FJ_CU(cuEventCreate, &e, 0u);
+        if (!events_.empty()) FJ_CU(cuEventRecord, events_[0], stream_);
+    }
+    ~StepProfile() {
+        for (CUevent e : events_)
+            if (e) driver_api().cuEventDestroy(e);
+    }
+    StepProfile(const StepProfile&) = delete;
+    StepProfile& operator=(const StepProfile&) = delete;
+    void mark(std::size_t i) {
+        if (!events_.empty()) FJ_CU(cuEventRecord, events_[i + 1], stream_);
+    }
+    std::vector<double> intervals() const {
+        std::vector<double> ms;
+        for (std::size_t i = 1; i < events_.size(); ++i) {
+            float t = 0;
+            FJ_CU(cuEventElapsedTime, &t, events_[i - 1], events_[i]);
+            ms.push_back(t);
+        }
+        return ms;
+    }
+
+private:
+    CUstream stream_;
+    std::vector<CUevent> events_;
+};
 
 class CudaExecutable final : public Executable {
 public:
@@ -120,7 +163,10 @@ private:
         }
         return tmp_views_[static_cast<std::size_t>(r.index)];
     }
+    std::vector<long long> strides_of(const KernelInfo& k) const;
+    void specialise_all(std::int64_t rows, std::int64_t cols);
     void update_shapes(std::int64_t rows, std::int64_t cols);
+    void report_profile(const std::vector<double>& ms, double wall_ms, std::int64_t rows, std::int64_t cols) const;
     void run_kernel_step(std::size_t i, std::int64_t rows, std::int64_t cols, RunMemory& mem);
     void run_row_step(const KernelInfo& k, std::int64_t rows, std::int64_t cols, RunMemory& mem);
     void append_tensor_maps(const KernelInfo& k, std::int64_t rows, std::int64_t cols, int box_rows);
@@ -133,6 +179,7 @@ private:
     std::vector<KernelInfo> kernels_;
     double prepare_ms_ = 0;
     CUstream stream_ = nullptr;
+    const bool profile_ = std::getenv("FJ_PROFILE") != nullptr;
     // Per-run scratch, reused (one run at a time: run_mutex_).
     std::mutex run_mutex_;
     std::vector<DevView> in_views_, out_views_, tmp_views_;
@@ -147,17 +194,44 @@ private:
     const LoadedKernel& kernel_for_run(std::size_t i, std::int64_t rows, std::int64_t cols);
 };
 
-const LoadedKernel& CudaExecutable::kernel_for_run(std::size_t i, std::int64_t rows, std::int64_t cols) {
-    KernelInfo& k = kernels_[i];
-    if (!codegen::specialise_for(rows, cols, settings_)) return *k.loaded;
+std::vector<long long> CudaExecutable::strides_of(const KernelInfo& k) const {
     std::vector<long long> strides;
     for (const ArgRef& r : k.in_refs) strides.push_back(view(r).ld);
     for (const ArgRef& r : k.out_refs) strides.push_back(view(r).ld);
-    if (!k.fixed || strides != k.fixed_strides) {
-        k.fixed = specialize_(*k.kernel, {strides, true}, &k.fixed_source, &k.fixed_ms);
-        k.fixed_column.reset();
-        k.fixed_strides = strides;
+    return strides;
+}
+
+// Specialises, in one parallel batch, every kernel whose specialisation is missing or was made for other
+// leading dimensions, so that kernel_for_run finds them made.
+void CudaExecutable::specialise_all(std::int64_t rows, std::int64_t cols) {
+    if (!codegen::specialise_for(rows, cols, settings_)) return;
+    std::vector<SpecializeRequest> requests;
+    std::vector<std::size_t> which;
+    for (std::size_t i = 0; i < kernels_.size(); ++i) {
+        const KernelInfo& k = kernels_[i];
+        if (k.row_op) continue;
+        std::vector<long long> strides = strides_of(k);
+        if (k.fixed && strides == k.fixed_strides) continue;
+        requests.push_back({k.kernel, {std::move(strides), true}, nullptr, CacheSource::Compiled, 0});
+        which.push_back(i);
     }
+    if (requests.empty()) return;
+    specialize_(requests);
+    for (std::size_t r = 0; r < requests.size(); ++r) {
+        KernelInfo& k = kernels_[which[r]];
+        k.fixed = requests[r].result;
+        k.fixed_source = requests[r].source;
+        k.fixed_ms = requests[r].ms;
+        k.fixed_column.reset();
+        k.fixed_strides = std::move(requests[r].panels.strides);
+    }
+}
+
+const LoadedKernel& CudaExecutable::kernel_for_run(std::size_t i, std::int64_t rows, std::int64_t cols) {
+    KernelInfo& k = kernels_[i];
+    if (!codegen::specialise_for(rows, cols, settings_)) return *k.loaded;
+    if (!k.fixed || strides_of(k) != k.fixed_strides)
+        throw BackendError(fmt::format("cuda: kernel {} was not specialised before its launch", k.kernel->name));
     if (k.fixed->scan.smem_bytes > 0) {
         // A window scan copies its rows with tensor maps (its leading dimensions are multiples of 4 elements):
         // panels that do not start on 16 bytes (views at odd column offsets), whose column count is not a
@@ -169,9 +243,9 @@ const LoadedKernel& CudaExecutable::kernel_for_run(std::size_t i, std::int64_t r
         for (const ArgRef& r : k.in_refs) copies = copies && view(r).ptr % 16 == 0;
         if (!copies) {
             if (!k.fixed_column) {
-                CacheSource source;
-                double ms = 0;
-                k.fixed_column = specialize_(*k.kernel, {strides, false}, &source, &ms);
+                std::vector<SpecializeRequest> one{{k.kernel, {k.fixed_strides, false}, nullptr, CacheSource::Compiled, 0}};
+                specialize_(one);
+                k.fixed_column = one[0].result;
             }
             return *k.fixed_column;
         }
@@ -180,6 +254,7 @@ const LoadedKernel& CudaExecutable::kernel_for_run(std::size_t i, std::int64_t r
 }
 
 void CudaExecutable::update_shapes(std::int64_t rows, std::int64_t cols) {
+    specialise_all(rows, cols);
     run_kernels_.resize(kernels_.size());
     bool same = rows == shape_rows_ && cols == shape_cols_;
     for (std::size_t i = 0; i < kernels_.size(); ++i) {  // once per kernel and run
@@ -235,6 +310,8 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
     // PyTorch put theirs by default, so inputs they just wrote are complete when our kernels read them.
     if (!stream_) FJ_CU(cuStreamCreate, &stream_, 0u);
     if (rows <= 0 || cols <= 0) return;
+    const auto t_run = std::chrono::steady_clock::now();
+    StepProfile profile(profile_ ? kernels_.size() + 2 : 0, stream_);
     const std::size_t elem = dtype_size(dtype_);
     const std::size_t dense = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols) * elem;
 
@@ -259,12 +336,14 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
     }
 
     update_shapes(rows, cols);
+    profile.mark(0);
     for (std::size_t i = 0; i < kernels_.size(); ++i) {
         const KernelInfo& k = kernels_[i];
         for (const ArgRef& r : k.out_refs)
             if (r.kind == ArgRef::Intermediate) tmp_views_[static_cast<std::size_t>(r.index)].ptr = mem.alloc(dense);
         if (k.row_op) run_row_step(k, rows, cols, mem);
         else run_kernel_step(i, rows, cols, mem);
+        profile.mark(i + 1);
         // Intermediates nothing later reads go back to the pool, ordered after this step on the stream.
         for (int m : plan_.steps[i].frees) {
             mem.release(tmp_views_[static_cast<std::size_t>(m)].ptr);
@@ -273,7 +352,32 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
     }
     for (std::size_t o = 0; o < outputs.size(); ++o)
         if (outputs[o].memory != Memory::Cuda) copy_2d(stream_, false, outputs[o], out_views_[o].ptr, cols);
+    profile.mark(kernels_.size() + 1);
     FJ_CU(cuStreamSynchronize, stream_);
+    if (profile_) report_profile(profile.intervals(), ms_since(t_run), rows, cols);
+}
+
+// FJ_PROFILE: where a run's time went, on stderr after each run: the copies in (from the start of the run,
+// with allocations), each step (kernels and row steps), the copies out; the slowest steps by name.
+void CudaExecutable::report_profile(const std::vector<double>& ms, double wall_ms, std::int64_t rows, std::int64_t cols) const {
+    double kernels = 0, row_steps = 0;
+    std::vector<std::pair<double, std::size_t>> slowest;
+    for (std::size_t i = 0; i < kernels_.size(); ++i) {
+        (kernels_[i].row_op ? row_steps : kernels) += ms[i + 1];
+        slowest.emplace_back(ms[i + 1], i);
+    }
+    std::sort(slowest.rbegin(), slowest.rend());
+    std::string out = fmt::format("factorjit profile: {} x {} {}, {} steps: wall {:.2f} ms; copies in "
+                                  "{:.2f} ms; kernels {:.2f} ms; row steps {:.2f} ms; copies out {:.2f} ms\n",
+                                  rows, cols, dtype_name(dtype_), kernels_.size(), wall_ms, ms[0], kernels, row_steps,
+                                  ms[kernels_.size() + 1]);
+    for (std::size_t j = 0; j < std::min<std::size_t>(slowest.size(), 12); ++j) {
+        const KernelInfo& k = kernels_[slowest[j].second];
+        out += fmt::format("  {:8.3f} ms  {} {}\n", slowest[j].first,
+                           k.row_op ? fmt::format("row step {}", op_name(k.row_op->op)) : std::string("kernel"),
+                           k.kernel->name);
+    }
+    std::fputs(out.c_str(), stderr);
 }
 
 // A time-series step: its kernel (and, where it raises repair flags, the repair pass after it).
@@ -606,27 +710,42 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
             k.loaded = row_kernel(dtype, settings, &k.source);
             k.ms = ms_since(t1);
         }
-    Specializer specialize = [this, dtype, facts, settings](const ir::Kernel& k, const codegen::PanelClass& panels,
-                                                            CacheSource* source, double* ms) {
-        const KernelChoice choice = codegen::select_kernel(k, dtype, panels, facts, settings);
-        const std::string key = cuda_kernel_key(k, dtype, target_.arch, target_.cubin, choice);
+    Specializer specialize = [this, dtype, facts, settings](std::vector<SpecializeRequest>& requests) {
+        std::vector<KernelChoice> choices;
+        std::vector<std::string> keys;
+        std::vector<std::size_t> missing;
+        for (SpecializeRequest& q : requests) {
+            choices.push_back(codegen::select_kernel(*q.kernel, dtype, q.panels, facts, settings));
+            keys.push_back(cuda_kernel_key(*q.kernel, dtype, target_.arch, target_.cubin, choices.back()));
+        }
         {
             std::lock_guard<std::mutex> lock(mutex_);
-            auto it = loaded_.find(key);
-            if (it != loaded_.end()) {
-                *source = CacheSource::Memory;
-                *ms = 0;
-                return it->second;
+            for (std::size_t r = 0; r < requests.size(); ++r) {
+                if (auto it = loaded_.find(keys[r]); it != loaded_.end()) {
+                    requests[r].result = it->second;
+                    requests[r].source = CacheSource::Memory;
+                    requests[r].ms = 0;
+                } else {
+                    missing.push_back(r);
+                }
             }
         }
-        CacheResult r = KernelCache::global().get(
-            key, [&] { return compile_cuda_kernel(k, dtype, target_.arch, target_.cubin, choice).entry; });
-        *source = r.source;
-        *ms = r.ms;
+        std::vector<CacheResult> results(missing.size());
+        ThreadPool::shared(thread_count(0)).parallel_for(static_cast<std::int64_t>(missing.size()), [&](std::int64_t m, int) {
+            const std::size_t r = missing[static_cast<std::size_t>(m)];
+            results[static_cast<std::size_t>(m)] = KernelCache::global().get(keys[r], [&] {
+                return compile_cuda_kernel(*requests[r].kernel, dtype, target_.arch, target_.cubin, choices[r]).entry;
+            });
+        });
         std::lock_guard<std::mutex> lock(mutex_);
-        auto it = loaded_.find(key);
-        if (it == loaded_.end()) it = loaded_.emplace(key, load(key, *r.entry, choice)).first;
-        return it->second;
+        for (std::size_t m = 0; m < missing.size(); ++m) {
+            const std::size_t r = missing[m];
+            requests[r].source = results[m].source;
+            requests[r].ms = results[m].ms;
+            auto it = loaded_.find(keys[r]);
+            if (it == loaded_.end()) it = loaded_.emplace(keys[r], load(keys[r], *results[m].entry, choices[r])).first;
+            requests[r].result = it->second;
+        }
     };
     return std::make_unique<CudaExecutable>(dev_, plan, dtype, options, settings, std::move(kernels), ms_since(t0),
                                             std::move(specialize));
