@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 
 #include "runtime/backend.hpp"
+#include "runtime/chunk_run.hpp"
+#include "runtime/fault_inject.hpp"
 #include "codegen/cpu/emit.hpp"
 #include "runtime/cpu/compile.hpp"
 #include "runtime/cpu/row_ops.hpp"
@@ -52,8 +54,17 @@ public:
         }
     }
 
+    // Chunks over time (or forced over columns) when a budget, a progress callback or a forced size asks
+    // for them (runtime/chunk_run.hpp); each chunk runs as a panel of its own.
     void run(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs, const RunOptions& options) override {
-        (void)options;
+        const Panel& shape = inputs.empty() ? outputs.front() : inputs.front();
+        const ChunkPlan chunks = plan_chunks(plan_, in_place_request(plan_, shape.rows, shape.cols, dtype_, options));
+        run_chunks(chunks, inputs, outputs, options, [&](const std::vector<Panel>& in, const std::vector<Panel>& out) {
+            run_panel(in, out);
+        });
+    }
+
+    void run_panel(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs) {
         const std::int64_t rows = inputs.empty() ? outputs.front().rows : inputs.front().rows;
         const std::int64_t cols = inputs.empty() ? outputs.front().cols : inputs.front().cols;
         if (rows == 0 || cols == 0) return;
@@ -71,7 +82,10 @@ public:
             case codegen::Plan::Slot::Output: return {outputs[i].data, outputs[i].ld};
             case codegen::Plan::Slot::Intermediate: break;
             }
-            if (!tmp[i]) tmp[i].reset(new std::byte[static_cast<std::size_t>(rows * cols) * elem]);
+            if (!tmp[i]) {
+                fault_point(FaultKind::Alloc, "cpu intermediates");
+                tmp[i].reset(new std::byte[static_cast<std::size_t>(rows * cols) * elem]);
+            }
             return {tmp[i].get(), cols};
         };
         for (std::size_t si = 0; si < plan_.steps.size(); ++si) {
