@@ -2,15 +2,19 @@
 //
 // The order of work is chosen so that every mistake a user can make is reported before anything
 // expensive happens and before any output is touched:
-//   1. command line, expressions (parse), input names, duplicate outputs;
+//   1. command line, expressions (parse), input names, duplicate outputs, sizes (--max-memory);
 //   2. the headers of the inputs the expressions use (shape, dtype, truncation), without their data;
 //   3. a temporary file next to every output (an unwritable directory fails here);
-//   4. compile; read the inputs' data; run;
-//   5. write every temporary file, then rename them all into place.
-// Any failure before step 5's renames leaves every output path as it was (the temporary files are
-// removed by PendingFile's destructor). Memory: the inputs the expressions use plus the outputs, each
-// allocated once; nothing is copied.
+//   4. compile; plan the chunks (a --max-memory too small for one chunk fails here);
+//   5. stream: reading, computing and writing chunks over time overlapped (cli/eval_stream.hpp), each
+//      output's rows written in place into its temporary file;
+//   6. rename every temporary file into place.
+// Any failure before step 6's renames leaves every output path as it was (the temporary files are
+// removed by PendingFile's destructor). Memory: C-order inputs are memory-mapped and read in place
+// (Fortran-order ones are transposed chunk by chunk into buffers); outputs exist only as the buffers of
+// the chunks in flight, so --max-memory bounds what the panels take and panels larger than RAM work.
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -26,15 +30,21 @@
 #include <fmt/ranges.h>
 
 #include "cli/commands.hpp"
+#include "cli/eval_stream.hpp"
 #include "cli/npy.hpp"
+#include "cli/progress_bar.hpp"
+#include "codegen/plan.hpp"
 #include "factorjit.hpp"
+#include "runtime/chunk_plan.hpp"
+#include "runtime/thread_pool.hpp"
 
 namespace {
 
 using namespace fj::cli;
 
 const char* const kUsage = R"USAGE(usage: factorjit eval -e EXPR -i NAME=FILE.npy [-i ...] -o OUT.npy [-e EXPR -o OUT.npy ...]
-                      [--backend auto|cpu|cuda] [--threads N] [--round-windows] [-v]
+                      [--backend auto|cpu|cuda] [--threads N] [--round-windows]
+                      [--max-memory SIZE] [--max-device-memory SIZE] [--chunk-rows N] [-v]
 
 Evaluates factor expressions on panels stored as .npy files and writes each result as a .npy file.
 
@@ -47,12 +57,20 @@ Evaluates factor expressions on panels stored as .npy files and writes each resu
   --backend B            auto (default: CUDA when a GPU is usable, else CPU), cpu or cuda
   --threads N            CPU worker threads (default 0: FJ_THREADS or all cores)
   --round-windows        round non-integer window lengths (9.91 -> 10) instead of flooring them
-  -v, --verbose          print the backend and timings to stderr
+  --max-memory SIZE      host memory the panels' chunks may take at once, e.g. 256M or 4G (K, M, G, T:
+                         powers of 1024; default: no limit). Inputs are mapped, outputs streamed, so
+                         panels larger than RAM work; the compiler's own memory is not counted
+  --max-device-memory SIZE   GPU memory a run may take (CUDA; default: what is free)
+  --chunk-rows N         output rows per chunk (default: chosen from the shape, the memory limit and
+                         the expected rates of reading, computing and writing)
+  -v, --verbose          print the backend, the chunks, timings and bandwidth to stderr
   -h, --help             print this help
 
 All inputs the expressions use must have the same shape and dtype; outputs get that shape and dtype.
-Outputs are written to temporary files and renamed into place only when everything succeeded.
-Errors exit with status 2.
+The work goes in chunks over time (each re-reading the rows its windows need before it), so reading,
+computing and writing overlap; results equal an unchunked run within the accuracy contract. A progress
+bar is shown on a terminal for runs longer than a second. Outputs are written into temporary files and
+renamed into place only when everything succeeded. Errors exit with status 2.
 )USAGE";
 
 struct InputArg {
@@ -64,6 +82,7 @@ struct EvalArgs {
     std::vector<InputArg> inputs;
     fj::CompileOptions compile;
     fj::ParseOptions parse;
+    std::int64_t max_memory = 0, max_device_memory = 0, chunk_rows = 0;
     bool verbose = false;
     bool help = false;
 };
@@ -100,6 +119,17 @@ EvalArgs parse_args(const std::vector<std::string>& argv) {
         } else if (c.is("--round-windows")) {
             c.no_value();
             a.parse.round_windows = true;
+        } else if (c.is("--max-memory")) {
+            a.max_memory = parse_byte_size(c.value("a size such as 256M"), "--max-memory", "eval");
+        } else if (c.is("--max-device-memory")) {
+            a.max_device_memory = parse_byte_size(c.value("a size such as 8G"), "--max-device-memory", "eval");
+        } else if (c.is("--chunk-rows")) {
+            const std::string v = c.value("a number of rows");
+            long long n = 0;
+            const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+            if (ec != std::errc() || end != v.data() + v.size() || n < 1)
+                throw UsageError("--chunk-rows needs a whole number of rows >= 1, not '" + v + "'", "eval");
+            a.chunk_rows = n;
         } else if (c.is("-v", "--verbose")) {
             c.no_value();
             a.verbose = true;
@@ -227,55 +257,76 @@ int cmd_eval(const std::vector<std::string>& argv) {
     const fj::Program program = fj::compile(named, a.compile);
     const double t_compile = ms_since(t_start);
 
-    // Read.
-    const auto t_read0 = clock::now();
-    std::map<std::string, NpyArray> arrays;
-    std::map<std::string, fj::Panel> in_panels;
-    double in_bytes = 0;
+    // Inputs, opened for chunked reading (mapped). The header is read again: the file may have changed.
+    std::vector<std::unique_ptr<NpyReader>> readers;
+    std::vector<StreamInput> stream_in;
     if (!shape_only) {
         for (std::size_t k = 0; k < used.size(); ++k) {
-            NpyArray arr = read_npy(used[k]->path);
-            if (arr.header.shape != headers[k].shape || arr.header.dtype != headers[k].dtype)
-                throw fj::InputError(fmt::format("{}: the file changed while factorjit was reading it",
-                                                 used[k]->path));
-            in_bytes += static_cast<double>(arr.header.data_bytes);
-            in_panels[used[k]->name] = arr.panel();
-            arrays.emplace(used[k]->name, std::move(arr));
+            readers.push_back(std::make_unique<NpyReader>(used[k]->path));
+            const NpyHeader& h = readers.back()->header();
+            if (h.shape != headers[k].shape || h.dtype != headers[k].dtype)
+                throw fj::InputError(fmt::format("{}: the file changed while factorjit was reading it", used[k]->path));
+            stream_in.push_back({used[k]->name, readers.back().get()});
         }
     }
-    const double t_read = ms_since(t_read0);
 
-    // Run.
-    const auto t_run0 = clock::now();
-    std::vector<AlignedBuffer> out_data;
-    std::map<std::string, fj::Panel> out_panels;
-    for (std::size_t k = 0; k < exprs.size(); ++k) {
-        out_data.push_back(aligned_alloc_bytes(ref.data_bytes));
-        fj::Panel p;
-        p.data = out_data.back().get();
-        p.rows = ref.rows();
-        p.cols = ref.cols();
-        p.ld = p.cols;
-        p.dtype = ref.dtype;
-        p.memory = fj::Memory::Host;
-        out_panels[named[k].first] = p;
+    // Chunks over time: memory from --max-memory; sizes between the budget's largest and the halo's
+    // smallest from rates assumed for a local disk's page cache and one CPU socket (ChunkRates).
+    const std::int64_t rows = ref.rows(), cols = ref.cols();
+    const fj::codegen::Plan plan = fj::codegen::make_plan(named, ref.dtype);
+    constexpr int kInFlight = 3;  // one chunk read ahead, one computing, one being written
+    fj::rt::ChunkRequest req;
+    req.rows = rows;
+    req.cols = cols;
+    req.dtype = ref.dtype;
+    req.budget_bytes = a.max_memory;
+    req.in_flight = kInFlight;
+    req.chunk_rows = a.chunk_rows;
+    req.rates = {2e9, 1.5e9, 1e9, 1e-3};
+    if (program.backend() == fj::Backend::Cpu) {
+        // The CPU backend's threads take a chunk's time tiles (2048 rows for short halos) as their tasks:
+        // chunks of whole tiles, at least one per thread, keep every thread busy within a chunk.
+        req.row_quantum = std::max<std::int64_t>(2048, 8 * plan.halo);
+        req.min_rows = req.row_quantum * fj::rt::thread_count(a.compile.threads);
     }
-    if (ref.rows() > 0 && ref.cols() > 0) program.run(in_panels, out_panels);
-    const double t_run = ms_since(t_run0);
+    fj::rt::ChunkPlan chunks;
+    try {
+        chunks = fj::rt::plan_chunks(plan, req);
+    } catch (const fj::RunError& e) {
+        throw fj::RunError(fmt::format("--max-memory {}: {}", a.max_memory, e.what()));
+    }
 
-    // Write everything, then rename everything.
-    const auto t_write0 = clock::now();
-    for (std::size_t k = 0; k < pending.size(); ++k)
-        pending[k]->write_npy(ref.shape, ref.dtype, out_data[k].get());
+    // Stream into the temporary files, then rename them all.
+    std::vector<StreamOutput> stream_out;
+    for (std::size_t k = 0; k < pending.size(); ++k) {
+        pending[k]->begin_npy(ref.shape, ref.dtype);
+        stream_out.push_back({named[k].first, pending[k].get()});
+    }
+    fj::RunOptions run_options;
+    run_options.max_device_bytes = a.max_device_memory;
+    ProgressBar bar;
+    const StreamStats stats =
+        run_stream(program, stream_in, stream_out, rows, cols, ref.dtype, chunks, kInFlight, run_options,
+                   [&](const fj::RunProgress& p) { bar.update(p); });
+    bar.finish();
+    const auto t_commit0 = clock::now();
+    for (auto& p : pending) p->finish_npy();
     for (auto& p : pending) p->commit();
-    const double t_write = ms_since(t_write0);
+    const double t_commit = ms_since(t_commit0);
 
-    if (a.verbose)
+    if (a.verbose) {
+        const double wall = std::max(stats.wall_s, 1e-9);
         std::fprintf(stderr,
-                     "factorjit: backend %s; %s %s; parse+compile %.1f ms, read %.1f ms (%s), run %.1f ms, "
-                     "write %.1f ms (%zu output%s)\n",
+                     "factorjit: backend %s; %s %s; parse+compile %.1f ms; %s\n"
+                     "factorjit: streamed in %.1f ms: read %s (busy %.1f ms), run busy %.1f ms, wrote %s (busy %.1f "
+                     "ms), close+rename %.1f ms; %s/s moved (%zu output%s)\n",
                      backend_name(program.backend()), std::string(fj::dtype_name(ref.dtype)).c_str(),
-                     ref.shape_str().c_str(), t_compile, t_read, human_bytes(in_bytes).c_str(), t_run, t_write,
+                     ref.shape_str().c_str(), t_compile, chunks.describe().c_str(), stats.wall_s * 1e3,
+                     human_bytes(static_cast<double>(stats.bytes_read)).c_str(), stats.read_s * 1e3,
+                     stats.compute_s * 1e3, human_bytes(static_cast<double>(stats.bytes_written)).c_str(),
+                     stats.write_s * 1e3, t_commit,
+                     human_bytes(static_cast<double>(stats.bytes_read + stats.bytes_written) / wall).c_str(),
                      pending.size(), pending.size() == 1 ? "" : "s");
+    }
     return 0;
 }

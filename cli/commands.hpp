@@ -6,7 +6,12 @@
 // exits with status 2.
 #pragma once
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -100,6 +105,37 @@ inline int parse_threads(const std::string& s, const std::string& command) {
     if (ec != std::errc() || end != s.data() + s.size() || n < 0)
         throw UsageError("--threads needs a whole number >= 0 (0: all cores), not '" + s + "'", command);
     return n;
+}
+
+// A size in bytes with an optional binary suffix: "256M", "8G", "1.5G", "64K", "100000", "2GiB", "512MB"
+// (K, M, G, T = powers of 1024, case-insensitive, with or without a trailing "B"/"iB"). Zero, negative,
+// fractional bytes, overflow and anything else are a UsageError naming the option.
+inline std::int64_t parse_byte_size(const std::string& s, const std::string& option, const std::string& command) {
+    auto bad = [&](const std::string& why) -> UsageError {
+        return UsageError(option + " needs a size such as 256M, 8G or 1000000 (bytes; K, M, G, T are powers of "
+                          "1024), not '" + s + "'" + (why.empty() ? "" : ": " + why),
+                          command);
+    };
+    std::size_t i = 0;
+    while (i < s.size() && ((s[i] >= '0' && s[i] <= '9') || s[i] == '.')) ++i;
+    const std::string number = s.substr(0, i);
+    if (number.empty() || number == "." || std::count(number.begin(), number.end(), '.') > 1) throw bad("");
+    std::string suffix = s.substr(i);
+    for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (suffix.size() >= 2 && suffix.compare(suffix.size() - 2, 2, "IB") == 0) suffix.resize(suffix.size() - 2);
+    else if (suffix.size() >= 2 && suffix.back() == 'B') suffix.pop_back();
+    else if (suffix == "B") suffix.clear();
+    double scale = 1;
+    if (suffix == "K") scale = 1024.0;
+    else if (suffix == "M") scale = 1024.0 * 1024;
+    else if (suffix == "G") scale = 1024.0 * 1024 * 1024;
+    else if (suffix == "T") scale = 1024.0 * 1024 * 1024 * 1024;
+    else if (!suffix.empty()) throw bad("unknown unit '" + s.substr(i) + "'");
+    const double bytes = std::strtod(number.c_str(), nullptr) * scale;
+    if (!(bytes >= 1)) throw bad("it must be at least one byte");
+    if (bytes > 9.0e18) throw bad("too large");
+    if (bytes != std::floor(bytes)) throw bad("not a whole number of bytes");
+    return static_cast<std::int64_t>(bytes);
 }
 
 // An expression given with -e, parsed; a failure names the text it came from.

@@ -1,6 +1,7 @@
 #include "cli/npy.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@
 #include <fmt/ranges.h>
 
 #include "dsl/error.hpp"
+#include "runtime/fault_inject.hpp"
 
 namespace fj::cli {
 
@@ -498,6 +500,129 @@ NpyArray read_npy(const std::string& path) {
     return a;
 }
 
+// ---------------------------------------------------------------------------------------------------
+// NpyReader
+
+namespace {
+
+constexpr std::size_t kPage = 4096;
+
+std::size_t page_floor(std::size_t x) { return x / kPage * kPage; }
+
+// Rows [row0, row0 + rows) of a Fortran-order (column-major) array at src into dst, row-major: blocks of
+// 32 x 32 keep both sides in cache.
+template <class T>
+void transpose_rows(const T* src, std::int64_t total_rows, std::int64_t cols, std::int64_t row0, std::int64_t rows,
+                    T* dst) {
+    constexpr std::int64_t B = 32;
+    for (std::int64_t tb = 0; tb < rows; tb += B)
+        for (std::int64_t jb = 0; jb < cols; jb += B) {
+            const std::int64_t te = std::min(rows, tb + B), je = std::min(cols, jb + B);
+            for (std::int64_t j = jb; j < je; ++j) {
+                const T* col = src + j * total_rows + row0;
+                for (std::int64_t t = tb; t < te; ++t) dst[t * cols + j] = col[t];
+            }
+        }
+}
+
+}  // namespace
+
+NpyReader::NpyReader(const std::string& path) : path_(path) {
+    fd_ = open_for_reading(path);
+    try {
+        header_ = parse_header(fd_, path);
+        check_length(fd_, header_, path);
+    } catch (...) {
+        ::close(fd_);
+        throw;
+    }
+    const NpyHeader& h = header_;
+    transpose_ = h.fortran_order && h.rows() > 1 && h.cols() > 1;
+    struct stat st {};
+    const bool regular = ::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode);
+    if (h.data_bytes > 0 && regular) {
+        map_bytes_ = h.data_offset + h.data_bytes;
+        void* m = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd_, 0);
+        if (m != MAP_FAILED) {
+            map_ = m;
+            // Chunks are read in order: the kernel's read-ahead may be generous.
+            ::madvise(map_, map_bytes_, MADV_SEQUENTIAL);
+            return;
+        }
+        map_bytes_ = 0;
+    }
+    if (h.data_bytes == 0) return;
+    // Not mappable (a pipe, a device): read it whole, as before the pipeline; a transposed copy is then
+    // made once here, so chunks are views.
+    ::close(fd_);
+    fd_ = -1;
+    NpyArray a = read_npy(path);
+    whole_ = std::move(a.data);
+    transpose_ = false;
+}
+
+NpyReader::~NpyReader() {
+    if (map_) ::munmap(map_, map_bytes_);
+    if (fd_ >= 0) ::close(fd_);
+}
+
+const std::byte* NpyReader::data() const {
+    if (map_) return static_cast<const std::byte*>(map_) + header_.data_offset;
+    return whole_.get();
+}
+
+fj::Panel NpyReader::view(std::int64_t row0, std::int64_t rows) const {
+    if (transpose_) fail(path_, "internal: a Fortran-order input has no in-place view");
+    fj::Panel p;
+    p.rows = rows;
+    p.cols = header_.cols();
+    p.ld = p.cols;
+    p.dtype = header_.dtype;
+    p.memory = fj::Memory::Host;
+    const std::size_t offset = static_cast<std::size_t>(row0 * p.cols) * dtype_size(p.dtype);
+    p.data = const_cast<std::byte*>(data() + offset);
+    return p;
+}
+
+void NpyReader::load(std::int64_t row0, std::int64_t rows, void* dst) {
+    fj::rt::fault_point(fj::rt::FaultKind::Read, path_.c_str());
+    if (rows <= 0 || header_.cols() == 0) return;
+    const std::size_t elem = dtype_size(header_.dtype);
+    if (transpose_) {
+        if (header_.dtype == fj::DType::F32)
+            transpose_rows(reinterpret_cast<const float*>(data()), header_.rows(), header_.cols(), row0, rows,
+                           static_cast<float*>(dst));
+        else
+            transpose_rows(reinterpret_cast<const double*>(data()), header_.rows(), header_.cols(), row0, rows,
+                           static_cast<double*>(dst));
+        return;
+    }
+    if (!map_) return;  // read whole at open
+    // Fault the rows' pages in now (on the reader's thread), not when the kernels first touch them.
+    const std::size_t begin = header_.data_offset + static_cast<std::size_t>(row0 * header_.cols()) * elem;
+    const std::size_t end = begin + static_cast<std::size_t>(rows * header_.cols()) * elem;
+    auto* base = static_cast<std::byte*>(map_);
+    const std::size_t p0 = page_floor(begin);
+#ifdef MADV_POPULATE_READ
+    if (::madvise(base + p0, end - p0, MADV_POPULATE_READ) == 0) return;
+    if (errno == EIO || errno == EFAULT)
+        fail_errno(path_, fmt::format("cannot read rows {}-{}", row0, row0 + rows), errno);
+#endif
+    volatile unsigned char sink = 0;
+    for (std::size_t off = p0; off < end; off += kPage) sink = sink + static_cast<unsigned char>(base[off]);
+    (void)sink;
+}
+
+void NpyReader::release_before(std::int64_t row) {
+    if (!map_ || transpose_ || row <= released_) return;
+    const std::size_t elem = dtype_size(header_.dtype);
+    const std::size_t from = page_floor(header_.data_offset + static_cast<std::size_t>(released_ * header_.cols()) * elem);
+    // Only whole pages below the first byte still needed.
+    const std::size_t to = page_floor(header_.data_offset + static_cast<std::size_t>(row * header_.cols()) * elem);
+    if (to > from) ::madvise(static_cast<std::byte*>(map_) + from, to - from, MADV_DONTNEED);
+    released_ = row;
+}
+
 std::string npy_header_v1(const std::vector<std::int64_t>& shape, fj::DType dtype) {
     std::string dict = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}",
                                    dtype == fj::DType::F32 ? "<f4" : "<f8", shape_str(shape));
@@ -562,6 +687,44 @@ void PendingFile::write_npy(const std::vector<std::int64_t>& shape, fj::DType dt
     const std::string header = npy_header_v1(shape, dtype);
     write_full(fd_, header.data(), header.size(), path_);
     write_full(fd_, data, n, path_);
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail_errno(path_, "cannot write", errno);  // NFS reports errors on close
+    written_ = true;
+}
+
+void PendingFile::begin_npy(const std::vector<std::int64_t>& shape, fj::DType dtype) {
+    if (fd_ < 0) fail(path_, "internal: the temporary file is already closed");
+    std::size_t n = dtype_size(dtype);
+    for (std::int64_t d : shape) n *= static_cast<std::size_t>(d);
+    const std::string header = npy_header_v1(shape, dtype);
+    write_full(fd_, header.data(), header.size(), path_);
+    data_offset_ = header.size();
+    data_bytes_ = n;
+    // The file's full length now: a disk too small for it fails here where the filesystem allocates
+    // eagerly, and the data can then be written in any order.
+    if (::ftruncate(fd_, static_cast<off_t>(data_offset_ + n)) != 0) fail_errno(path_, "cannot size the output", errno);
+}
+
+void PendingFile::write_data(std::size_t offset, const void* data, std::size_t bytes) {
+    fj::rt::fault_point(fj::rt::FaultKind::Write, path_.c_str());
+    if (fd_ < 0) fail(path_, "internal: the temporary file is not open");
+    if (offset + bytes > data_bytes_) fail(path_, "internal: a write beyond the array's data");
+    const auto* p = static_cast<const char*>(data);
+    std::size_t done = 0;
+    while (done < bytes) {
+        const std::size_t want = std::min<std::size_t>(bytes - done, std::size_t{1} << 30);
+        const ssize_t w = ::pwrite(fd_, p + done, want, static_cast<off_t>(data_offset_ + offset + done));
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            fail_errno(path_, "cannot write", errno);
+        }
+        done += static_cast<std::size_t>(w);
+    }
+}
+
+void PendingFile::finish_npy() {
+    if (fd_ < 0) fail(path_, "internal: the temporary file is already closed");
     const int fd = fd_;
     fd_ = -1;
     if (::close(fd) != 0) fail_errno(path_, "cannot write", errno);  // NFS reports errors on close

@@ -55,6 +55,45 @@ struct NpyArray {
 // Reads and checks only the header (and that the file is long enough for the data it announces).
 NpyHeader read_npy_header(const std::string& path);
 
+// An input read in chunks of rows, for `eval`'s pipeline (reading, computing and writing overlapped).
+// C-order data (and 1-D arrays, and Fortran-order arrays of one row or one column, which lie the same way)
+// is memory-mapped and used in place: a chunk is a view of the mapping, nothing is copied, and rows no
+// chunk needs any more are handed back to the kernel (madvise), so a panel larger than RAM streams
+// through. Fortran-order data is copied: each chunk's rows are transposed out of the mapping into a
+// buffer of the caller's. A file that cannot be mapped (a pipe) is read whole into memory once.
+class NpyReader {
+public:
+    explicit NpyReader(const std::string& path);  // opens, checks the header and the length; throws InputError
+    ~NpyReader();
+    NpyReader(const NpyReader&) = delete;
+    NpyReader& operator=(const NpyReader&) = delete;
+
+    const NpyHeader& header() const { return header_; }
+    const std::string& path() const { return path_; }
+    // Whether chunks are views of the file (view()) rather than copies (load() into a buffer).
+    bool in_place() const { return !transpose_; }
+    // Rows [row0, row0 + rows) as a panel (in_place() only); ld = cols.
+    fj::Panel view(std::int64_t row0, std::int64_t rows) const;
+    // Brings rows [row0, row0 + rows) into memory. In place: faults their pages in now, so that computing
+    // does not wait on the disk; dst is unused. Otherwise: copies (transposes) them into dst, row-major,
+    // ld = cols. (The length was checked at open; a file shortened while mapped raises SIGBUS, as any
+    // mapping does.)
+    void load(std::int64_t row0, std::int64_t rows, void* dst);
+    // Rows before `row` will not be read again: their pages may go (in place only; no-op otherwise).
+    void release_before(std::int64_t row);
+
+private:
+    std::string path_;
+    NpyHeader header_;
+    int fd_ = -1;
+    void* map_ = nullptr;       // the whole file, read-only
+    std::size_t map_bytes_ = 0;
+    AlignedBuffer whole_;       // a file that could not be mapped, read whole (row-major)
+    bool transpose_ = false;
+    std::int64_t released_ = 0; // rows [0, released_) were released
+    const std::byte* data() const;
+};
+
 // Reads the whole array.
 NpyArray read_npy(const std::string& path);
 
@@ -78,12 +117,19 @@ public:
     // Writes a C-order v1.0 .npy: shape {T} or {T, N}; data holds T*N elements of dtype, row-major.
     // Closes the temporary file.
     void write_npy(const std::vector<std::int64_t>& shape, fj::DType dtype, const void* data);
+    // The same file written in pieces, in any order: begin_npy writes the header and sizes the file for
+    // the data; write_data puts bytes at an offset of the data (pwrite: several threads may write disjoint
+    // ranges); finish_npy closes the file (reporting a failed close). Then commit().
+    void begin_npy(const std::vector<std::int64_t>& shape, fj::DType dtype);
+    void write_data(std::size_t offset, const void* data, std::size_t bytes);
+    void finish_npy();
     // Renames the written temporary file to path().
     void commit();
 
 private:
     std::string path_, temp_path_;
     int fd_ = -1;
+    std::size_t data_offset_ = 0, data_bytes_ = 0;  // begin_npy's
     bool written_ = false, committed_ = false;
 };
 

@@ -181,12 +181,7 @@ ChunkPlan plan_chunks(const codegen::Plan& plan, const ChunkRequest& r) {
     if (!whole_fits && !row_steps && (max_rows < 1 || 8 * c.halo > max_rows)) {
         std::int64_t max_cols = std::min(r.cols, avail / in_flight / std::max<std::int64_t>(col_cost, 1));
         if (max_cols >= kColumnQuantum) max_cols = max_cols / kColumnQuantum * kColumnQuantum;
-        if (max_cols >= std::min(r.cols, kColumnQuantum) || max_rows < 1) {
-            if (max_cols < 1)
-                throw RunError(fmt::format("chunk plan: a memory budget of {} is too small: one column of {} rows of "
-                                           "{} panel(s) needs {}",
-                                           bytes_str(static_cast<double>(r.budget_bytes)), r.rows, c.panels,
-                                           bytes_str(static_cast<double>(col_cost * in_flight))));
+        if (max_cols >= 1 && (max_cols >= std::min(r.cols, kColumnQuantum) || max_rows < 1)) {
             c.axis = ChunkAxis::Columns;
             const std::int64_t fewest = ceil_div(r.cols, max_cols);
             const std::int64_t wanted = std::max(fewest, std::min<std::int64_t>(r.min_chunks, r.cols / kColumnQuantum));
@@ -202,7 +197,10 @@ ChunkPlan plan_chunks(const codegen::Plan& plan, const ChunkRequest& r) {
                                    "{} halo row(s) and {} panel(s) of {} columns, {} with {} chunk(s) in flight{}",
                                    bytes_str(static_cast<double>(r.budget_bytes)), c.halo, c.panels, r.cols,
                                    bytes_str(static_cast<double>((1 + c.halo) * row_cost * in_flight + r.fixed_bytes)),
-                                   in_flight, row_steps ? " (row steps: chunks over columns are not possible)" : ""));
+                                   in_flight,
+                                   row_steps ? " (row steps: chunks over columns are not possible)"
+                                             : fmt::format(" (nor does one column of {} rows: {})", r.rows,
+                                                           bytes_str(static_cast<double>(col_cost * in_flight)))));
 
     // Between the fewest chunks the budget allows and the most that still own min_rows each: min_chunks
     // asks for more where the rows allow; known rates choose by the pipeline model.
@@ -226,6 +224,9 @@ ChunkPlan plan_chunks(const codegen::Plan& plan, const ChunkRequest& r) {
         n = best_n;
     }
     c.chunk_rows = ceil_div(r.rows, n);
+    // Whole quanta, rounding down (the budget's bound stays met) but never below one quantum.
+    if (r.row_quantum > 1 && c.chunk_rows > r.row_quantum && c.chunk_rows < r.rows)
+        c.chunk_rows = c.chunk_rows / r.row_quantum * r.row_quantum;
     finish(c, r, elem);
     return c;
 }

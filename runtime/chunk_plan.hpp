@@ -71,6 +71,10 @@ struct ChunkRequest {
     // The fewest output rows a time chunk should own when the budget allows (0: 8 x halo, at least 256):
     // below it the halo's re-computation and the per-chunk costs dominate.
     std::int64_t min_rows = 0;
+    // Time chunks own a multiple of this many rows where there are more rows than that (0 or 1: any):
+    // the CPU backend splits a chunk into time tiles of its own (2048 rows for short halos) as the tasks of
+    // its threads, so a chunk of whole tiles keeps them balanced.
+    std::int64_t row_quantum = 0;
     // Forced sizes (RunOptions::chunk_rows / chunk_cols): output rows per time chunk, or columns per column
     // chunk (refused with row steps). The budget is then not consulted.
     std::int64_t chunk_rows = 0, chunk_cols = 0;

@@ -286,6 +286,13 @@ TEST_CASE("min_chunks asks for overlap where the rows allow; known rates choose 
     const ChunkPlan eight = fj::rt::plan_chunks(plan, r);
     CHECK(eight.count == 8);
     check_tiling(eight);
+    // Whole quanta (the CPU's time tiles) where the rows allow: 8 chunks of 6250 rows become 6144-row ones.
+    r.row_quantum = 2048;
+    const ChunkPlan tiles = fj::rt::plan_chunks(plan, r);
+    CHECK(tiles.chunk_rows == 6144);
+    CHECK(tiles.count == 9);
+    check_tiling(tiles);
+    r.row_quantum = 0;
     // Each chunk keeps at least min_rows (default: 8 x halo, at least 256).
     r.rows = 1000;
     CHECK(fj::rt::plan_chunks(plan, r).count == 1000 / 256);

@@ -692,6 +692,141 @@ TEST_CASE("failures: exit 2, a helpful message, no output written") {
     }
 }
 
+// Results of two float32 runs that may differ only in where running sums were re-seeded (chunks): equal NaN
+// placement, values within twice float32's rounding of each other's magnitude.
+void check_close_f32(const std::vector<float>& got, const std::vector<float>& want) {
+    REQUIRE(got.size() == want.size());
+    std::size_t bad = 0, valid = 0, first_bad = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        const bool ok = std::isnan(want[i]) ? std::isnan(got[i])
+                                            : std::fabs(got[i] - want[i]) <= 2e-5 * std::max(1.0f, std::fabs(want[i]));
+        if (!ok && bad++ == 0) first_bad = i;
+        valid += !std::isnan(want[i]);
+    }
+    INFO("first mismatch at " << first_bad << ": got " << got[first_bad] << ", want " << want[first_bad]);
+    CHECK(bad == 0);
+    CHECK(valid > got.size() / 2);
+}
+
+// FJ_FAIL_AT for the commands run in this scope (runtime/fault_inject.hpp).
+struct FailAt {
+    explicit FailAt(const std::string& v) { ::setenv("FJ_FAIL_AT", v.c_str(), 1); }
+    ~FailAt() { ::unsetenv("FJ_FAIL_AT"); }
+};
+
+TEST_CASE("streaming: chunks over time match an unchunked run within the contract; Fortran order chunked alike") {
+    const fs::path dir = scratch("stream");
+    constexpr std::int64_t rows = 3000;
+    const std::vector<float> a = make_panel<float>(rows, kCols, 21), b = make_panel<float>(rows, kCols, 22);
+    write_panel(dir / "a.npy", a, rows, kCols);
+    write_panel(dir / "b.npy", b, rows, kCols);
+    write_panel(dir / "af.npy", a, rows, kCols, {.fortran = true});
+    write_panel(dir / "bf.npy", b, rows, kCols, {.fortran = true});
+    for (const char* expr : {kCorr, kMix}) {
+        INFO(expr);
+        const auto want = direct<float>(expr, {{"A", &a}, {"B", &b}}, rows, kCols);
+        for (const std::vector<std::string>& extra :
+             {std::vector<std::string>{}, {"--chunk-rows", "7"}, {"--chunk-rows", "250"}, {"--max-memory", "64K"}}) {
+            INFO((extra.empty() ? std::string("default") : extra[0] + " " + extra[1]));
+            std::vector<std::string> args = {"eval", "-v", "-e", expr, "-i", "A=a.npy", "-i", "B=b.npy", "-o", "c.npy",
+                                             "--backend", "cpu"};
+            args.insert(args.end(), extra.begin(), extra.end());
+            const CliResult c = run_cli(dir, args);
+            INFO("stderr: " << c.err);
+            REQUIRE(c.rc == 0);
+            const ReadBack rc = read_back(dir / "c.npy");
+            CHECK(rc.shape == std::vector<std::int64_t>{rows, kCols});
+            check_close_f32(rc.values<float>(), want);
+            if (!extra.empty() && extra[1] == "250") CHECK(c.err.find("12 chunks over time of 250 rows") != std::string::npos);
+            // Fortran order: transposed chunk by chunk, the same chunks, the same bits.
+            args[5] = "A=af.npy";
+            args[7] = "B=bf.npy";
+            args[9] = "f.npy";
+            const CliResult f = run_cli(dir, args);
+            INFO("stderr: " << f.err);
+            REQUIRE(f.rc == 0);
+            check_same(read_back(dir / "f.npy").values<float>(), rc.values<float>());
+            CHECK(leftovers(dir).empty());
+        }
+    }
+    // Element-wise: no halo, chunking cannot move a bit.
+    const CliResult e = run_cli(dir, {"eval", "-e", "A * 2 + 1", "-i", "A=a.npy", "-o", "e.npy", "--backend", "cpu",
+                                      "--chunk-rows", "13"});
+    REQUIRE(e.rc == 0);
+    const auto got = read_back(dir / "e.npy").values<float>();
+    for (std::size_t i = 0; i < got.size(); ++i)
+        REQUIRE((std::isnan(a[i]) ? std::isnan(got[i]) : got[i] == a[i] * 2 + 1));
+    // -v reports what moved.
+    const CliResult v = run_cli(dir, {"eval", "-v", "-e", kCorr, "-i", "A=a.npy", "-i", "B=b.npy", "-o", "c.npy",
+                                      "--backend", "cpu", "--chunk-rows", "1000"});
+    INFO("stderr: " << v.err);
+    CHECK(v.err.find("3 chunks over time of 1000 rows (+4 halo)") != std::string::npos);
+    CHECK(v.err.find("read 168 KB") != std::string::npos);  // 2 x (3000 + 2 x 4 halo rows) x 7 x 4 bytes
+    CHECK(v.err.find("wrote 84 KB") != std::string::npos);
+    CHECK(v.err.find("/s moved") != std::string::npos);
+}
+
+TEST_CASE("--max-memory and --max-device-memory take sizes with units; bad or too small values exit 2") {
+    const fs::path dir = scratch("budget");
+    write_ab(dir);
+    const fs::path out = dir / "out.npy";
+    auto eval = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args = {"eval", "--backend", "cpu", "-e", kCorr, "-i", "A=a.npy", "-i", "B=b.npy",
+                                         "-o", "out.npy"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        return args;
+    };
+    for (const char* bad : {"0", "-5M", "12Q", "abc", "1.5", "", "8GG", "1e9"}) {
+        INFO("--max-memory '" << bad << "'");
+        expect_failure(dir, eval({"--max-memory", bad}), {"--max-memory needs a size", "256M"}, out);
+    }
+    expect_failure(dir, eval({"--max-device-memory", "lots"}), {"--max-device-memory needs a size"}, out);
+    expect_failure(dir, eval({"--chunk-rows", "0"}), {"--chunk-rows"}, out);
+    // Too small for one row and its halo of 4 rows of 4 panels: refused before anything is written.
+    expect_failure(dir, eval({"--max-memory", "100"}), {"--max-memory 100", "too small", "halo"}, out);
+    for (const char* good : {"64K", "1.5M", "2GiB", "512kb", "1000000"}) {
+        INFO("--max-memory " << good);
+        const CliResult r = run_cli(dir, eval({"--max-memory", good, "--max-device-memory", "8G"}));
+        INFO("stderr: " << r.err);
+        CHECK(r.rc == 0);
+    }
+}
+
+TEST_CASE("streaming failures part-way (allocation, read, run, write): exit 2 naming the chunk, no output written") {
+    const fs::path dir = scratch("stream_fail");
+    constexpr std::int64_t rows = 3000;
+    write_panel(dir / "a.npy", make_panel<float>(rows, kCols, 31), rows, kCols);
+    write_panel(dir / "b.npy", make_panel<float>(rows, kCols, 32), rows, kCols);
+    write_panel(dir / "af.npy", make_panel<float>(rows, kCols, 31), rows, kCols, {.fortran = true});
+    const fs::path out = dir / "out.npy";
+    const std::vector<std::string> args = {"eval", "--backend", "cpu", "-e", kCorr, "-e", kMix, "-i", "A=a.npy", "-i",
+                                           "B=b.npy", "-o", "out.npy", "-o", "mix.npy", "--chunk-rows", "250"};
+    {
+        const FailAt f("alloc:2");
+        expect_failure(dir, args, {"out of memory"}, out);
+    }
+    {
+        const FailAt f("read:5");  // the third chunk's first input (two reads a chunk)
+        std::vector<std::string> fortran = args;
+        fortran[8] = "A=af.npy";
+        expect_failure(dir, fortran, {"reading of chunk 3 of 12 (rows 500-750)", "injected read failure"}, out);
+    }
+    {
+        const FailAt f("chunk:4");
+        expect_failure(dir, args, {"computing of chunk 4 of 12 (rows 750-1000)", "injected chunk failure"}, out);
+    }
+    {
+        const FailAt f("write:7");  // the fourth chunk's first output (two writes a chunk)
+        expect_failure(dir, args, {"writing of chunk 4 of 12 (rows 750-1000)", "out.npy", "injected write failure"}, out);
+    }
+    CHECK_FALSE(fs::exists(dir / "mix.npy"));
+    // Disarmed: the same command works.
+    const CliResult r = run_cli(dir, args);
+    INFO("stderr: " << r.err);
+    CHECK(r.rc == 0);
+    CHECK(leftovers(dir).empty());
+}
+
 }  // TEST_SUITE("cli")
 
 namespace {
