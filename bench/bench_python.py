@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Benchmarks of the Python module (bench/RESULTS.md, "Python module"):
+
+  overhead  what a call through Python adds per run over Program::run called from C++ on the same panels
+            (a C++ loop inside the module, _time_run): small panels, so the run itself is short.
+            --device cpu (NumPy, CPU backend), cupy or torch (device-resident panels, CUDA backend).
+  cupy-g1   the G1 case of bench_gpu (corr w=20, 20,000 x 20,000 float32) with CuPy arrays in and out:
+            median time of p.run(A=a, B=b), to set against bench_gpu's G1 figure.
+  dask      fj.dask.run on a local cluster of 2 worker processes (1 thread each) against one process running
+            the same program on 2 threads, 50,000 x 2,000 float32 by default; inputs already in memory on
+            both sides (persisted on the workers), results left there.
+
+    PYTHONPATH=build/python python3 bench/bench_python.py overhead [--device cpu|cupy|torch]
+    PYTHONPATH=build/python python3 bench/bench_python.py cupy-g1
+    PYTHONPATH=build/python python3 bench/bench_python.py dask [--rows 50000 --cols 2000 --chunk 5000]
+"""
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+import factorjit as fj
+
+
+def median_time(f, repeat):
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), times
+
+
+def panel_tuples(arrays, device):
+    """The (name, pointer, rows, cols, ld, f64, device) tuples _core takes, for C-order arrays."""
+    out = []
+    for name, a in arrays.items():
+        if device == "torch":
+            ptr = a.data_ptr()
+        elif device == "cupy":
+            ptr = a.data.ptr
+        else:
+            ptr = a.__array_interface__["data"][0]
+        out.append((name, ptr, a.shape[0], a.shape[1], a.shape[1], str(a.dtype).endswith("float64"), device != "cpu"))
+    return out
+
+
+def overhead(args):
+    rows, cols = args.rows, args.cols
+    rng = np.random.default_rng(0)
+    host = {"A": rng.standard_normal((rows, cols)).astype(np.float32),
+            "B": rng.standard_normal((rows, cols)).astype(np.float32)}
+    backend = "cpu" if args.device == "cpu" else "cuda"
+    p = fj.compile({"c": "correlation(A, B, 20)"}, backend=backend, threads=1)
+    if args.device == "cupy":
+        import cupy
+        arrays = {k: cupy.asarray(v) for k, v in host.items()}
+        outputs = {"c": cupy.empty((rows, cols), np.float32)}
+        sync = cupy.cuda.runtime.deviceSynchronize
+    elif args.device == "torch":
+        import torch
+        arrays = {k: torch.from_numpy(v).cuda() for k, v in host.items()}
+        outputs = {"c": torch.empty((rows, cols), dtype=torch.float32, device="cuda")}
+        sync = torch.cuda.synchronize
+    else:
+        arrays, outputs, sync = host, {"c": np.empty((rows, cols), np.float32)}, lambda: None
+    p.run(**arrays)
+    sync()
+    ins, outs = panel_tuples(arrays, args.device), panel_tuples(outputs, args.device)
+    rounds = []
+    for _ in range(args.rounds):  # interleaved, so that drifts of the machine hit both alike
+        cxx = statistics.median(p._core._time_run(ins, outs, args.repeat))
+        py, _ = median_time(lambda: p.run(**arrays), args.repeat)
+        rounds.append((py, cxx))
+    py = statistics.median(r[0] for r in rounds)
+    cxx = statistics.median(r[1] for r in rounds)
+    print(f"overhead ({args.device}, {rows} x {cols} float32, corr w=20, {args.rounds} rounds of {args.repeat}): "
+          f"Python run {py * 1e6:.1f} us, C++ Program::run {cxx * 1e6:.1f} us, added {(py - cxx) * 1e6:.1f} us")
+
+
+def cupy_g1(args):
+    import cupy
+    rows = cols = 20000
+    rng = cupy.random.default_rng(0)
+    a = rng.standard_normal((rows, cols), dtype=cupy.float32).cumsum(axis=0)
+    b = rng.standard_normal((rows, cols), dtype=cupy.float32)
+    p = fj.compile({"c": "correlation(A, B, 20)"}, backend="cuda")
+    p.run(A=a, B=b)
+    cupy.cuda.runtime.deviceSynchronize()
+    med, times = median_time(lambda: p.run(A=a, B=b), args.repeat)
+    print(f"cupy-g1 (corr w=20, 20,000 x 20,000 float32, CuPy in and out): median {med * 1e3:.3f} ms, "
+          f"min {min(times) * 1e3:.3f} ms over {args.repeat} runs")
+
+
+def dask_vs_one_process(args):
+    import dask.array as da
+    import distributed
+    rows, cols, chunk = args.rows, args.cols, args.chunk
+    formulas = {"c": "correlation(A, B, 20)"}
+    # One process, 2 threads.
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((rows, cols), dtype=np.float32)
+    B = rng.standard_normal((rows, cols), dtype=np.float32)
+    p2 = fj.compile(formulas, backend="cpu", threads=2)
+    p2.run(A=A[:1000], B=B[:1000])
+    one, one_times = median_time(lambda: p2.run(A=A, B=B), args.repeat)
+    del A, B
+    # 2 worker processes of 1 thread; each task runs the program on 1 thread.
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       dashboard_address=None, silence_logs=40)
+    client = distributed.Client(cluster)
+    try:
+        rs = da.random.RandomState(0)
+        a = rs.standard_normal((rows, cols), chunks=(chunk, cols)).astype(np.float32)
+        b = rs.standard_normal((rows, cols), chunks=(chunk, cols)).astype(np.float32)
+        a, b = client.persist([a, b])
+        distributed.wait([a, b])
+        p1 = fj.compile(formulas, backend="cpu")
+
+        def dask_run():
+            out = client.persist(list(fj.dask.run(p1, A=a, B=b).values()))
+            distributed.wait(out)
+            del out
+
+        dask_run()  # compiles on the workers
+        dsk, dsk_times = median_time(dask_run, args.repeat)
+    finally:
+        client.close()
+        cluster.close()
+    print(f"dask ({rows} x {cols} float32, corr w=20, blocks of {chunk} rows, {args.repeat} runs): "
+          f"2 worker processes {dsk:.3f} s (min {min(dsk_times):.3f}), one process on 2 threads {one:.3f} s "
+          f"(min {min(one_times):.3f}): {dsk / one:.2f} x")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["overhead", "cupy-g1", "dask"])
+    ap.add_argument("--device", choices=["cpu", "cupy", "torch"], default="cpu")
+    ap.add_argument("--rows", type=int)
+    ap.add_argument("--cols", type=int)
+    ap.add_argument("--chunk", type=int, default=5000)
+    ap.add_argument("--repeat", type=int)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    if args.what == "overhead":
+        args.rows, args.cols, args.repeat = args.rows or 64, args.cols or 64, args.repeat or 200
+        overhead(args)
+    elif args.what == "cupy-g1":
+        args.repeat = args.repeat or 20
+        cupy_g1(args)
+    else:
+        args.rows, args.cols, args.repeat = args.rows or 50000, args.cols or 2000, args.repeat or 5
+        dask_vs_one_process(args)
+
+
+if __name__ == "__main__":
+    main()
