@@ -1,5 +1,6 @@
 #include "runtime/chunk_run.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <new>
@@ -20,8 +21,7 @@ Panel sub_panel(const Panel& p, std::int64_t row0, std::int64_t rows, std::int64
 }
 
 ChunkRequest in_place_request(const codegen::Plan& plan, std::int64_t rows, std::int64_t cols, DType dtype,
-                              const RunOptions& options) {
-    (void)plan;
+                              const RunOptions& options, int threads) {
     ChunkRequest r;
     r.rows = rows;
     r.cols = cols;
@@ -30,6 +30,8 @@ ChunkRequest in_place_request(const codegen::Plan& plan, std::int64_t rows, std:
     r.count_inputs = r.count_outputs = false;
     r.in_flight = 1;
     r.min_chunks = options.progress ? 16 : 1;
+    r.row_quantum = std::max<std::int64_t>(2048, 8 * static_cast<std::int64_t>(plan.halo));
+    r.min_rows = r.row_quantum * std::max(1, threads);
     r.chunk_rows = options.chunk_rows;
     r.chunk_cols = options.chunk_cols;
     return r;

@@ -23,9 +23,11 @@ inline Panel chunk_panel(const Panel& p, const Chunk& c) {
 
 // The chunk request of a run on the caller's panels in place (the CPU backend): only intermediates take
 // budgeted memory (RunOptions::max_host_bytes); a progress callback asks for 16 chunks where the rows
-// allow, so that it is called as the run goes, not only at its end. Forced sizes are taken as given.
+// allow, so that it is called as the run goes, not only at its end. The backend's `threads` take a chunk's
+// time tiles (2048 rows, or 8 halos) as tasks, so chunks are whole tiles, at least one per thread, unless
+// a budget needs smaller ones. Forced sizes are taken as given.
 ChunkRequest in_place_request(const codegen::Plan& plan, std::int64_t rows, std::int64_t cols, DType dtype,
-                              const RunOptions& options);
+                              const RunOptions& options, int threads);
 
 // Runs the chunks of `chunks` through `run_whole`, a synchronous run of whole panels (the inputs and outputs
 // in the plan's order). Chunks over time go from the last to the first: a chunk's warm-up rows land in the

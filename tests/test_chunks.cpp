@@ -401,7 +401,9 @@ TEST_CASE("progress: once per chunk, counts that only grow, the totals at the en
     const std::int64_t rows = 20000, cols = 8;
     const Dataset ds = chunk_data("price", rows, cols, Flavour::Price, 3);
     std::vector<double> a = ds.inputs.at("A"), b = ds.inputs.at("B"), out(static_cast<std::size_t>(rows * cols));
-    const fj::Program p = fj::compile({{"c", fj::corr(fj::window(A, 20), fj::window(B, 20))}}, cpu_options());
+    fj::CompileOptions one_thread = cpu_options();
+    one_thread.threads = 1;  // chunks of whole 2048-row tiles, at least one per thread: 10 here
+    const fj::Program p = fj::compile({{"c", fj::corr(fj::window(A, 20), fj::window(B, 20))}}, one_thread);
     const std::map<std::string, fj::Panel> in = {{"A", fj::Panel::host(a.data(), rows, cols)},
                                                  {"B", fj::Panel::host(b.data(), rows, cols)}};
     const std::map<std::string, fj::Panel> outp = {{"c", fj::Panel::host(out.data(), rows, cols)}};
@@ -409,10 +411,12 @@ TEST_CASE("progress: once per chunk, counts that only grow, the totals at the en
     fj::RunOptions ro;
     ro.progress = [&](const fj::RunProgress& pr) { seen.push_back(pr); };
     p.run(in, outp, ro);
-    REQUIRE(seen.size() == 16);  // a callback asks for 16 chunks where the rows allow
+    // A callback asks for 16 chunks where the rows allow: 20000 rows hold 9 of 2048 rows or more, which
+    // become 10 of whole tiles (9 x 2048 + 1568).
+    REQUIRE(seen.size() == 10);
     for (std::size_t i = 0; i < seen.size(); ++i) {
         CHECK(seen[i].chunks_done == static_cast<std::int64_t>(i) + 1);
-        CHECK(seen[i].chunks_total == 16);
+        CHECK(seen[i].chunks_total == 10);
         CHECK(seen[i].rows_total == rows);
         if (i) {
             CHECK(seen[i].rows_done > seen[i - 1].rows_done);
@@ -431,7 +435,7 @@ TEST_CASE("progress: once per chunk, counts that only grow, the totals at the en
     CHECK_THROWS_WITH_AS(p.run(in, outp, ro), "stop at three", std::runtime_error);
     std::fill(out.begin(), out.end(), 0.0);
     ro.progress = {};
-    ro.chunk_rows = 1250;
+    ro.chunk_rows = 2048;  // the chunks the progress run had: the same bits
     p.run(in, outp, ro);
     for (std::size_t i = 0; i < out.size(); ++i) REQUIRE(fj::test::same_value(out[i], first[i]));
 }
@@ -446,7 +450,7 @@ TEST_CASE("run_async on the CPU runs synchronously: the outputs are complete whe
     int calls = 0;
     ro.progress = [&](const fj::RunProgress&) { ++calls; };
     p.run_async({{"A", fj::Panel::host(a.data(), 300, 6)}}, {{"m", fj::Panel::host(out.data(), 300, 6)}}, nullptr, ro);
-    CHECK(calls == 1);  // 300 rows: one chunk of at least 256
+    CHECK(calls == 1);  // 300 rows: one chunk (chunks are at least a 2048-row tile)
     const std::vector<double> ref = fj::test::reference(e, {{"A", a}}, 300, 6);
     for (std::size_t i = 0; i < out.size(); ++i)
         REQUIRE((std::isnan(ref[i]) ? std::isnan(out[i]) : std::abs(out[i] - ref[i]) <= 1e-9 * std::max(1.0, std::abs(ref[i]))));

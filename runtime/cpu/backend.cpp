@@ -58,7 +58,8 @@ public:
     // for them (runtime/chunk_run.hpp); each chunk runs as a panel of its own.
     void run(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs, const RunOptions& options) override {
         const Panel& shape = inputs.empty() ? outputs.front() : inputs.front();
-        const ChunkPlan chunks = plan_chunks(plan_, in_place_request(plan_, shape.rows, shape.cols, dtype_, options));
+        const ChunkPlan chunks = plan_chunks(plan_, in_place_request(plan_, shape.rows, shape.cols, dtype_, options,
+                                                                   thread_count(options_.threads)));
         run_chunks(chunks, inputs, outputs, options, [&](const std::vector<Panel>& in, const std::vector<Panel>& out) {
             run_panel(in, out);
         });
