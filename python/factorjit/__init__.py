@@ -16,12 +16,12 @@ from ._core import (Expr, Window, abs, argmax, argmin, constant, corr, count, co
                     var, where, window, zscore)
 from . import _core
 from ._program import Program, compile
-from .errors import BackendError, Error, ExprError, InputError, MissingInputError, ParseError
+from .errors import BackendError, Error, ExprError, InputError, MissingInputError, ParseError, RunError
 
-_core._register_errors(Error, ExprError, ParseError, InputError, BackendError)
+_core._register_errors(Error, ExprError, ParseError, InputError, BackendError, RunError)
 
 __all__ = ["Program", "compile", "Expr", "Window", "Error", "ExprError", "ParseError", "InputError",
-           "MissingInputError", "BackendError", "input", "constant", "parse", "window", "abs", "sign", "sqrt",
+           "MissingInputError", "BackendError", "RunError", "input", "constant", "parse", "window", "abs", "sign", "sqrt",
            "exp", "log", "pow", "signedpower", "fmin", "fmax", "min", "max", "where", "delay", "delta", "sum",
            "mean", "count", "var", "std", "stddev", "argmin", "argmax", "ts_rank", "product", "decay_linear",
            "corr", "cov", "rank", "zscore", "demean", "scale", "group_neutralize", "group_rank", "group_zscore"]

@@ -257,16 +257,13 @@ def allocate_outputs(batch, names):
 
 
 def caller_stream(batch):
-    """The device library's current stream (its handle, 0 for the legacy default stream) and an object whose
-    synchronize() waits for it."""
+    """The device library's current stream as a CUstream handle (0: the legacy default stream)."""
     if batch.library == "torch":
         import torch
-        s = torch.cuda.current_stream(batch.device)
-        return s.cuda_stream, s
+        return torch.cuda.current_stream(batch.device).cuda_stream
     import cupy
     with cupy.cuda.Device(batch.device):
-        s = cupy.cuda.get_current_stream()
-    return s.ptr, s
+        return cupy.cuda.get_current_stream().ptr
 
 
 def wrap_outputs(batch, names, arrays):

@@ -76,12 +76,11 @@ class Program:
         outputs = self._core.outputs
         out, panels = _arrays.allocate_outputs(batch, outputs)
         if batch.kind == "device":
-            # Program::run orders its work after the legacy default stream only (its own blocking stream);
-            # work the caller queued on another stream is waited for here.
-            handle, stream = _arrays.caller_stream(batch)
-            if handle != 0:
-                stream.synchronize()
-        self._core.run(batch.panels, panels)
+            # Enqueued on the caller's current stream (Program::run_async), after the work queued there and
+            # before what comes next, as the library's own operations are; no wait for the results.
+            self._core.run(batch.panels, panels, _arrays.caller_stream(batch))
+        else:
+            self._core.run(batch.panels, panels)
         return _arrays.wrap_outputs(batch, outputs, out)
 
     def __reduce__(self):

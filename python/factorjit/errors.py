@@ -36,3 +36,8 @@ class MissingInputError(InputError, KeyError):
 
 class BackendError(Error, RuntimeError):
     """A backend failure: LLVM, NVRTC, the CUDA driver (C++ ``fj::BackendError``)."""
+
+
+class RunError(Error, RuntimeError):
+    """A run that failed after it started: a chunk, an allocation or a kernel (C++ ``fj::RunError``). The
+    message names the chunk and the cause; the inputs are untouched, the outputs' contents unspecified."""

@@ -8,6 +8,7 @@
 
 #include "bindings.hpp"
 #include "dsl/error.hpp"
+#include "runtime/program.hpp"
 
 namespace py = pybind11;
 
@@ -17,7 +18,7 @@ namespace {
 // The classes, by C++ type. Heap objects never freed: the translator may run during interpreter shutdown,
 // after module globals are gone, and py::object destructors must not run then.
 struct ErrorClasses {
-    py::object error, expr_error, parse_error, input_error, backend_error;
+    py::object error, expr_error, parse_error, input_error, backend_error, run_error;
 };
 ErrorClasses* classes = nullptr;
 
@@ -42,6 +43,8 @@ void translate(std::exception_ptr p) {
         raise(classes ? classes->expr_error : py::object(), e.what());
     } catch (const InputError& e) {
         raise(classes ? classes->input_error : py::object(), e.what());
+    } catch (const RunError& e) {
+        raise(classes ? classes->run_error : py::object(), e.what());
     } catch (const BackendError& e) {
         raise(classes ? classes->backend_error : py::object(), e.what());
     } catch (const Error& e) {
@@ -54,10 +57,10 @@ void translate(std::exception_ptr p) {
 void bind_errors(py::module_& m) {
     py::register_exception_translator(&translate);
     m.def("_register_errors", [](py::object error, py::object expr_error, py::object parse_error,
-                                 py::object input_error, py::object backend_error) {
+                                 py::object input_error, py::object backend_error, py::object run_error) {
         if (!classes) classes = new ErrorClasses;
         *classes = {std::move(error), std::move(expr_error), std::move(parse_error), std::move(input_error),
-                    std::move(backend_error)};
+                    std::move(backend_error), std::move(run_error)};
     });
 }
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -68,14 +69,18 @@ void bind_program(py::module_& m) {
             py::gil_scoped_release release;  // explain() may compile (the CUDA backend's kernel report)
             return p.program.explain();
         })
-        // The stream is where the caller's work on device panels is ordered; Program::run uses its own
-        // blocking stream, so the package synchronises the caller's stream first when it is not the legacy
-        // default one (python/factorjit/_arrays.py).
-        .def("run", [](const CoreProgram& p, const std::vector<PanelTuple>& in, const std::vector<PanelTuple>& out) {
+        // Host panels: Program::run, complete on return. Device panels (stream given: the CUstream handle of
+        // the caller's library, 0 for the legacy default stream): Program::run_async on that stream, so the
+        // run is ordered after the caller's queued work and before what it queues next, without a wait here.
+        .def("run", [](const CoreProgram& p, const std::vector<PanelTuple>& in, const std::vector<PanelTuple>& out,
+                       std::optional<std::uint64_t> stream) {
             const auto inputs = panels(in), outputs = panels(out);
             py::gil_scoped_release release;
-            p.program.run(inputs, outputs);
-        })
+            if (stream)
+                p.program.run_async(inputs, outputs, reinterpret_cast<void*>(*stream));
+            else
+                p.program.run(inputs, outputs);
+        }, py::arg("inputs"), py::arg("outputs"), py::arg("stream") = py::none())
         // Seconds of each of `repeat` calls of Program::run from C++ on the same panels: the baseline of the
         // per-run overhead benchmark (bench/bench_python.py).
         .def("_time_run", [](const CoreProgram& p, const std::vector<PanelTuple>& in, const std::vector<PanelTuple>& out,

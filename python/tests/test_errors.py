@@ -21,7 +21,7 @@ def test_error_classes():
     assert issubclass(fj.Error, Exception) and not issubclass(fj.Error, ValueError)
     assert issubclass(fj.ParseError, fj.ExprError) and issubclass(fj.ExprError, ValueError)
     assert issubclass(fj.InputError, ValueError) and issubclass(fj.MissingInputError, KeyError)
-    assert issubclass(fj.BackendError, fj.Error)
+    assert issubclass(fj.BackendError, fj.Error) and issubclass(fj.RunError, fj.Error)
 
 
 def test_parse_error_carries_line_column_and_caret():
