@@ -21,7 +21,10 @@ JOBS=${JOBS:-$(nproc)}
 read -r -a cmake_args <<< "${FJ_CMAKE_ARGS:-}"
 
 packages=(cmake ninja-build g++ pkg-config llvm-19-dev libfmt-dev doctest-dev
-          zlib1g-dev libzstd-dev libedit-dev libxml2-dev libffi-dev libcurl4-openssl-dev)
+          zlib1g-dev libzstd-dev libedit-dev libxml2-dev libffi-dev libcurl4-openssl-dev
+          # the Python module (python/, docs/python.md) and its tests: Debian's interpreter, /usr/bin/python3
+          pybind11-dev python3-dev python3-numpy python3-pandas python3-pytest python3-dask python3-distributed
+          python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
