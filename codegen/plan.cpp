@@ -85,6 +85,43 @@ int find(std::vector<int>& parent, int x) {
     return x;
 }
 
+// Sinks that fuse (they share inputs or work) cut into kernels of a bounded size: a kernel's states live in
+// registers, and one kernel for every window of a hundred alphas that read `close` (A1: 484 states, 7,219
+// instructions) spills kilobytes per thread and ran 400 times slower on an H200 than the same work in kernels
+// of a few windows each; its LLVM compile is as long. Greedy in step order: a sink joins the current kernel
+// while the lowered kernel stays within the budget (so shared work is still computed once inside a kernel),
+// else starts the next one. Sinks that alone exceed the budget get a kernel of their own.
+constexpr std::size_t kFusedStates = 24;
+constexpr std::size_t kFusedInstructions = 500;
+
+template <class ExprOf>
+std::vector<std::vector<int>> fused_bins(const std::vector<int>& members, ExprOf expr_of, bool exact_sums, DType dtype) {
+    std::vector<std::vector<int>> bins;
+    if (members.size() <= 1) {
+        bins.push_back(members);
+        return bins;
+    }
+    std::vector<int> bin;
+    std::vector<const Node*> exprs;
+    for (const int s : members) {
+        exprs.push_back(expr_of(s));
+        ir::Kernel trial;
+        std::set<std::string> reads;
+        for (const Node* n : topo_order(exprs))
+            if (n->op == Op::Input) reads.insert(n->name);
+        trial.inputs.assign(reads.begin(), reads.end());
+        lower_region(exprs, exact_sums, dtype, trial);
+        if (!bin.empty() && (trial.states.size() > kFusedStates || trial.body.size() > kFusedInstructions)) {
+            bins.push_back(std::move(bin));
+            bin.clear();
+            exprs.assign(1, expr_of(s));
+        }
+        bin.push_back(s);
+    }
+    bins.push_back(std::move(bin));
+    return bins;
+}
+
 }  // namespace
 
 Plan::Slot Plan::slot_of(const std::string& panel) const {
@@ -198,26 +235,45 @@ Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs, DType d
     std::stable_sort(groups.begin(), groups.end(), [&](int a, int b) {
         return sinks[static_cast<std::size_t>(a)].level < sinks[static_cast<std::size_t>(b)].level;
     });
-
-    for (std::size_t st = 0; st < groups.size(); ++st) {
-        const int group = groups[st];
-        Step step;
-        step.kind = is_row(static_cast<std::size_t>(group)) ? StepKind::Row : StepKind::TimeSeries;
-        // Kernel outputs: the program's outputs in the order given, then intermediates that are not outputs.
-        for (std::size_t o = 0; o < roots.size(); ++o) {
-            const int s = sink_of.at(roots[o]);
-            if (find(parent, s) != group) continue;
-            step.roots.push_back(sinks[static_cast<std::size_t>(s)].expr);
-            step.kernel.outputs.push_back(plan.outputs[o]);
+    // Each group's sinks in step order: the program's outputs in the order given, then intermediates that are
+    // not outputs. A time-series group too big for one kernel is cut into several (fused_bins).
+    std::vector<std::vector<int>> bins;
+    for (const int group : groups) {
+        std::vector<int> members;
+        for (std::size_t o = 0; o < roots.size(); ++o)
+            if (const int s = sink_of.at(roots[o]); find(parent, s) == group && std::find(members.begin(), members.end(), s) == members.end())
+                members.push_back(s);
+        for (std::size_t s = 0; s < sinks.size(); ++s)
+            if (find(parent, static_cast<int>(s)) == group && sinks[s].cut >= 0 &&
+                plan.intermediates[static_cast<std::size_t>(sinks[s].cut)].output < 0)
+                members.push_back(static_cast<int>(s));
+        if (is_row(static_cast<std::size_t>(group))) {
+            bins.push_back(std::move(members));
+            continue;
         }
-        for (std::size_t s = 0; s < sinks.size(); ++s) {
-            const Sink& k = sinks[s];
-            if (find(parent, static_cast<int>(s)) != group || k.cut < 0) continue;
-            Intermediate& m = plan.intermediates[static_cast<std::size_t>(k.cut)];
-            m.producer = static_cast<int>(st);
-            if (m.output >= 0) continue;  // written under the output's name above
-            step.roots.push_back(k.expr);
-            step.kernel.outputs.push_back(m.name);
+        for (std::vector<int>& bin : fused_bins(members, [&](int s) { return sinks[static_cast<std::size_t>(s)].expr; },
+                                                plan.exact_sums, plan.dtype))
+            bins.push_back(std::move(bin));
+    }
+
+    for (std::size_t st = 0; st < bins.size(); ++st) {
+        const std::vector<int>& bin = bins[st];
+        Step step;
+        step.kind = is_row(static_cast<std::size_t>(bin.front())) ? StepKind::Row : StepKind::TimeSeries;
+        for (const int s : bin) {
+            const Sink& k = sinks[static_cast<std::size_t>(s)];
+            Intermediate* m = k.cut >= 0 ? &plan.intermediates[static_cast<std::size_t>(k.cut)] : nullptr;
+            if (m) m->producer = static_cast<int>(st);
+            if (m && m->output < 0) {
+                step.roots.push_back(k.expr);
+                step.kernel.outputs.push_back(m->name);
+                continue;
+            }
+            for (std::size_t o = 0; o < roots.size(); ++o)  // (one expression given under two names: both)
+                if (roots[o] == k.node) {
+                    step.roots.push_back(k.expr);
+                    step.kernel.outputs.push_back(plan.outputs[o]);
+                }
         }
         if (step.kind == StepKind::Row) {
             // The operator's argument panels, in argument order (x, then g).
