@@ -3,6 +3,10 @@
 //   bench_gpu [--quick]        all cases, a table last ("--quick": smaller G1/G4 panels)
 //   bench_gpu --j1             J1 alone (cold compiles)
 //   bench_gpu --j3             internal: one cold-or-warm process for J3 (prints "J3 ms")
+//   bench_gpu --host [T N]     H1: corr w=20 on host panels (pageable memory), host to host, 50,000 x 50,000 by
+//                              default: the first run (pinned staging allocated) and the median of 3 more, with
+//                              the progress callback's chunk count and bytes, and the PCIe floor (both directions
+//                              at once, 55 GB/s each way measured on this machine: DEVICE.md) beside it
 //
 // Method (TARGETS.md, METHOD.md): data generated on the device (price-like random walks around 100 and a
 // correlated partner, never zeros), warm-up first, medians of timed runs with CUDA events on the legacy
@@ -643,11 +647,101 @@ int profile_child() {
     return 0;
 }
 
+
+// H1 (issue 22): Program::run on ordinary host panels (std::vector, pageable), copy in, compute and copy out through
+// the CUDA backend's chunk pipeline, timed on the host clock.
+int host_to_host(long long T, long long N) {
+    const cu::Device& dev = *cu::device();
+    cu::make_current(dev);
+    const std::size_t elems = static_cast<std::size_t>(T * N), bytes = elems * 4;
+    std::vector<float> a(elems), b(elems), out(elems);
+    {
+        DevBuf da(bytes), db(bytes);
+        generate(da.p, db.p, T, N, 7);
+        FJ_CU(cuMemcpyDtoH, a.data(), da.p, bytes);
+        FJ_CU(cuMemcpyDtoH, b.data(), db.p, bytes);
+    }
+    std::memset(out.data(), 0, bytes);  // (pages touched, as a caller's array would be)
+    fj::CompileOptions cuda;
+    cuda.backend = fj::Backend::Cuda;
+    const fj::Program p = fj::compile({{"c", corr_w(20)}}, cuda);
+    const std::map<std::string, fj::Panel> in = {{"A", fj::Panel::host(a.data(), T, N)}, {"B", fj::Panel::host(b.data(), T, N)}};
+    const std::map<std::string, fj::Panel> outs = {{"c", fj::Panel::host(out.data(), T, N)}};
+    fj::RunOptions ro;
+    fj::RunProgress last;
+    ro.progress = [&](const fj::RunProgress& pr) { last = pr; };
+    std::vector<double> ms;
+    for (int i = 0; i < 4; ++i) {
+        const auto t0 = Clock::now();
+        p.run(in, outs, ro);
+        ms.push_back(ms_since(t0));
+        std::printf("H1 run %d: %.1f ms (%lld chunks, %.1f GB in, %.1f GB out)  [smi %s]\n", i + 1, ms.back(),
+                    static_cast<long long>(last.chunks_total), last.bytes_in / 1e9, last.bytes_out / 1e9, smi_once().c_str());
+    }
+    // A spot check of the result against a float64 two-pass reference at a few cells.
+    double worst = 0;
+    for (long long k = 0; k < 64; ++k) {
+        const long long t = 19 + (k * 7919) % (T - 19), j = (k * 104729) % N;
+        double ma = 0, mb = 0;
+        for (long long r = t - 19; r <= t; ++r) ma += a[r * N + j], mb += b[r * N + j];
+        ma /= 20, mb /= 20;
+        double sab = 0, saa = 0, sbb = 0;
+        for (long long r = t - 19; r <= t; ++r) {
+            const double x = a[r * N + j] - ma, y = b[r * N + j] - mb;
+            sab += x * y, saa += x * x, sbb += y * y;
+        }
+        worst = std::max(worst, std::fabs(out[t * N + j] - sab / std::sqrt(saa * sbb)));
+    }
+    const double first = ms.front();
+    ms.erase(ms.begin());
+    const double floor_ms = 2.0 * static_cast<double>(bytes) / 55e9 * 1e3;  // 2 panels in, 1 out: in and out overlap
+    std::printf("H1 %lld x %lld float32 host to host, pageable: first %.1f ms, warm median %.1f ms; PCIe floor %.1f ms "
+                "(%.2f x); worst |error| at 64 cells %.2e\n",
+                T, N, first, median(ms), floor_ms, median(ms) / floor_ms, worst);
+    // The same panels in page-locked memory (as the talk's demo 3 had them): copied by DMA without staging.
+    void *pa = nullptr, *pb = nullptr, *pout = nullptr;
+    FJ_CU(cuMemHostAlloc, &pa, bytes, 0u);
+    FJ_CU(cuMemHostAlloc, &pb, bytes, 0u);
+    FJ_CU(cuMemHostAlloc, &pout, bytes, 0u);
+    std::memcpy(pa, a.data(), bytes);
+    std::memcpy(pb, b.data(), bytes);
+    const std::map<std::string, fj::Panel> pin = {{"A", fj::Panel::host(static_cast<const float*>(pa), T, N)},
+                                                  {"B", fj::Panel::host(static_cast<const float*>(pb), T, N)}};
+    const std::map<std::string, fj::Panel> pouts = {{"c", fj::Panel::host(static_cast<const float*>(pout), T, N)}};
+    std::vector<double> pms;
+    for (int i = 0; i < 3; ++i) {
+        const auto t0 = Clock::now();
+        p.run(pin, pouts, ro);
+        pms.push_back(ms_since(t0));
+    }
+    const bool same = std::memcmp(pout, out.data(), bytes) == 0;
+    std::printf("H1 %lld x %lld float32 host to host, page-locked: runs %.1f %.1f %.1f ms, median %.1f ms (%.2f x the "
+                "floor); results %s the pageable run's\n",
+                T, N, pms[0], pms[1], pms[2], median(pms), median(pms) / floor_ms, same ? "bitwise equal to" : "DIFFER from");
+    cu::driver_api().cuMemFreeHost(pa);
+    cu::driver_api().cuMemFreeHost(pb);
+    cu::driver_api().cuMemFreeHost(pout);
+    return worst < 1e-4 && same ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
     const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
     if (argc > 1 && std::string(argv[1]) == "--j3") return j3_child();
     if (argc > 1 && std::string(argv[1]) == "--profile") return profile_child();
     const bool j1_only = argc > 1 && std::string(argv[1]) == "--j1";
+    if (argc > 1 && std::string(argv[1]) == "--host") {
+        try {
+            std::string why;
+            if (!fj::rt::cuda_backend(&why)) {
+                std::printf("bench_gpu: no CUDA backend: %s\n", why.c_str());
+                return 1;
+            }
+            return host_to_host(argc > 3 ? std::atoll(argv[2]) : 50000, argc > 3 ? std::atoll(argv[3]) : 50000);
+        } catch (const std::exception& e) {
+            std::printf("bench_gpu --host: %s\n", e.what());
+            return 1;
+        }
+    }
     try {
         std::string why;
         if (!fj::rt::cuda_backend(&why)) {

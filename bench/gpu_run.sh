@@ -4,7 +4,8 @@
 # with --peers, /work/shared/peers/rolling_corr_peers.py (copied to .carry/) at 50,000 x $PEERS_N (10,000).
 # A short table comes last. Logs go to $OUT (the device tool's output folder) or /tmp/fj_gpu_out.
 #
-#   bench/gpu_run.sh [--quick] [--peers] [--profile] [--no-tests] [--no-bench] [--no-xcheck] [--kernel-suites] [--a1]
+#   bench/gpu_run.sh [--quick] [--peers] [--profile] [--no-tests] [--no-bench] [--no-xcheck] [--kernel-suites] [--a1] [--h1]
+# --h1: bench_gpu --host: corr w=20 on 50,000 x 50,000 float32 host panels, host to host (issue 22's figure).
 # --a1: the 101 alphas on 4,000 x 5,000 float32 (bench/alpha_data.py's market): a cold process (empty kernel
 # cache), then a warm-disk-cache one, each with --repeat 3 and FJ_PROFILE's per-step times.
 # --profile: SASS instruction counts of the headline kernel (cuobjdump) and an ncu run of it.
@@ -20,7 +21,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 LOG=${OUT:-/tmp/fj_gpu_out}
 mkdir -p "$LOG"
-QUICK="" PEERS=0 TESTS=1 BENCH=1 PROFILE=0 XCHECK=1 SUITES=0 A1=0
+QUICK="" PEERS=0 TESTS=1 BENCH=1 PROFILE=0 XCHECK=1 SUITES=0 A1=0 H1=0
 for a in "$@"; do
   case "$a" in
     --quick) QUICK=--quick ;;
@@ -31,6 +32,7 @@ for a in "$@"; do
     --kernel-suites) SUITES=1 ;;
     --profile) PROFILE=1 ;;
     --a1) A1=1 ;;
+    --h1) H1=1 ;;
     *) echo "unknown option $a"; exit 2 ;;
   esac
 done
@@ -57,7 +59,7 @@ CXXFLAGS="-std=c++20 -O2 -I$ROOT -I$ROOT/tests -isystem $FMT -DFMT_HEADER_ONLY=1
 case "$DOCTEST_INC" in /usr/include|/usr/local/include|"") ;; *) CXXFLAGS="$CXXFLAGS -isystem $DOCTEST_INC" ;; esac
 mkdir -p "$BUILD/cuda_tests/tmp"
 pids=()
-for f in tests/main.cpp tests/reference.cpp tests/test_cuda_compile.cpp tests/test_cuda_cache.cpp tests/test_cuda_gpu.cpp tests/test_plan.cpp tests/test_spikes.cpp tests/test_cuda_refold.cpp tests/test_cross_section.cpp; do
+for f in tests/main.cpp tests/reference.cpp tests/test_cuda_compile.cpp tests/test_cuda_cache.cpp tests/test_cuda_gpu.cpp tests/test_plan.cpp tests/test_spikes.cpp tests/test_cuda_refold.cpp tests/test_cross_section.cpp tests/test_cuda_pipeline.cpp; do
   o="$BUILD/cuda_tests/$(basename "$f" .cpp).o"
   g++ $CXXFLAGS -DFJ_TEST_TMP="\"$BUILD/cuda_tests/tmp\"" -DFJ_CLI_PATH="\"$BUILD/factorjit\"" -c "$f" -o "$o" > "$o.log" 2>&1 &
   pids+=($!)
@@ -125,6 +127,11 @@ fi
 
 if [ $BENCH = 1 ]; then
   "$BUILD/bench_gpu" $QUICK 2>&1 | tee "$LOG/bench.log"
+fi
+
+if [ $H1 = 1 ]; then
+  echo "== H1: bench_gpu --host ${H1_T:-50000} ${H1_N:-50000}"
+  timeout 300 "$BUILD/bench_gpu" --host ${H1_T:-50000} ${H1_N:-50000} 2>&1 | tee "$LOG/h1.log" | grep -E "^H1"
 fi
 
 if [ $A1 = 1 ]; then

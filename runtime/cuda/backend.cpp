@@ -17,7 +17,9 @@
 #include "dsl/error.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/cuda/compile.hpp"
+#include "runtime/chunk_plan.hpp"
 #include "runtime/cuda/cuda_api.hpp"
+#include "runtime/cuda/host_pipeline.hpp"
 #include "runtime/cuda/launch_config.hpp"
 #include "runtime/cuda/memory.hpp"
 #include "runtime/cuda/row_kernels.hpp"
@@ -37,6 +39,11 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 // halo, guarded first batches and the search for first values, and a 32-column block is short already
 // (H200, corr w=250: 6 tiles of 8,334 rows 13.38 ms, 2 or 1 tile(s) 13.10 / 13.09 ms).
 constexpr int kWindowScanWaves = 4;
+
+// Host panels of at least this many bytes (inputs and outputs together) go through the chunk pipeline, and it
+// aims at chunks of about kPipelineChunkBytes (runtime/cuda/host_pipeline.hpp).
+constexpr std::int64_t kPipelineBytes = std::int64_t{64} << 20;
+constexpr std::int64_t kPipelineChunkBytes = std::int64_t{256} << 20;
 
 // ---------------------------------------------------------------------------------------------------
 // Loaded modules, by cache key: a kernel is loaded once per process and kept (modules are small; the
@@ -152,6 +159,8 @@ public:
     }
 
     void run(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs, const RunOptions& options) override;
+    void run_async(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs, void* stream,
+                   const RunOptions& options) override;
     std::string explain() const override;
 
 private:
@@ -167,8 +176,13 @@ private:
     void specialise_all(std::int64_t rows, std::int64_t cols);
     void update_shapes(std::int64_t rows, std::int64_t cols);
     void report_profile(const std::vector<double>& ms, double wall_ms, std::int64_t rows, std::int64_t cols) const;
-    void run_kernel_step(std::size_t i, std::int64_t rows, std::int64_t cols, RunMemory& mem);
-    void run_row_step(const KernelInfo& k, std::int64_t rows, std::int64_t cols, RunMemory& mem);
+    void check_counts(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs) const;
+    void enqueue_steps(std::int64_t rows, std::int64_t cols, RunMemory& mem, CUstream s, StepProfile* profile);
+    void run_kernel_step(std::size_t i, std::int64_t rows, std::int64_t cols, RunMemory& mem, CUstream stream);
+    void run_row_step(const KernelInfo& k, std::int64_t rows, std::int64_t cols, RunMemory& mem, CUstream stream);
+    // Host panels through the chunk pipeline (runtime/cuda/host_pipeline.hpp): which runs take it, and the run.
+    bool use_host_pipeline(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs, const RunOptions& options) const;
+    void run_host_pipeline(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs, const RunOptions& options);
     void append_tensor_maps(const KernelInfo& k, std::int64_t rows, std::int64_t cols, int box_rows);
 
     const Device& dev_;
@@ -179,6 +193,7 @@ private:
     std::vector<KernelInfo> kernels_;
     double prepare_ms_ = 0;
     CUstream stream_ = nullptr;
+    std::unique_ptr<HostPipeline> pipeline_;  // made at the first run of host panels through it
     const bool profile_ = std::getenv("FJ_PROFILE") != nullptr;
     // Per-run scratch, reused (one run at a time: run_mutex_).
     std::mutex run_mutex_;
@@ -297,11 +312,14 @@ void CudaExecutable::update_shapes(std::int64_t rows, std::int64_t cols) {
     shape_cols_ = cols;
 }
 
-void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs,
-                         const RunOptions& /*options: the stream pipeline's, still to come*/) {
+void CudaExecutable::check_counts(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs) const {
     if (inputs.size() != plan_.inputs.size() || outputs.size() != plan_.outputs.size())
         throw InputError(fmt::format("cuda: run with {} input(s) and {} output(s); the program has {} and {}",
                                      inputs.size(), outputs.size(), plan_.inputs.size(), plan_.outputs.size()));
+}
+
+void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs, const RunOptions& options) {
+    check_counts(inputs, outputs);
     const Panel& shape = !outputs.empty() ? outputs[0] : inputs.at(0);
     const std::int64_t rows = shape.rows, cols = shape.cols;
     std::lock_guard<std::mutex> lock(run_mutex_);
@@ -309,17 +327,24 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
     // A blocking stream (flags 0) orders itself after work on the legacy default stream, where CuPy and
     // PyTorch put theirs by default, so inputs they just wrote are complete when our kernels read them.
     if (!stream_) FJ_CU(cuStreamCreate, &stream_, 0u);
-    if (rows <= 0 || cols <= 0) return;
+    if (rows <= 0 || cols <= 0) {
+        if (options.progress) options.progress(RunProgress{});
+        return;
+    }
+    if (use_host_pipeline(inputs, outputs, options)) {
+        run_host_pipeline(inputs, outputs, options);
+        return;
+    }
     const auto t_run = std::chrono::steady_clock::now();
     StepProfile profile(profile_ ? kernels_.size() + 2 : 0, stream_);
     const std::size_t elem = dtype_size(dtype_);
     const std::size_t dense = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols) * elem;
 
-    // Host panels are staged through device memory (dense, ld = cols); device panels are used in place.
+    // Host panels (small ones, or mixed with device panels) are copied whole into device memory (dense, ld =
+    // cols); device panels are used in place.
     RunMemory mem(dev_, stream_);
     in_views_.resize(inputs.size());
     out_views_.resize(outputs.size());
-    tmp_views_.assign(plan_.intermediates.size(), DevView{0, cols});  // allocated by their producing step
     for (std::size_t i = 0; i < inputs.size(); ++i) {
         const Panel& p = inputs[i];
         if (p.memory == Memory::Cuda) {
@@ -334,27 +359,113 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
         out_views_[o] = p.memory == Memory::Cuda ? DevView{reinterpret_cast<CUdeviceptr>(p.data), p.ld}
                                                  : DevView{mem.alloc(dense), cols};
     }
-
-    update_shapes(rows, cols);
     profile.mark(0);
+    enqueue_steps(rows, cols, mem, stream_, &profile);
+    for (std::size_t o = 0; o < outputs.size(); ++o)
+        if (outputs[o].memory != Memory::Cuda) copy_2d(stream_, false, outputs[o], out_views_[o].ptr, cols);
+    profile.mark(kernels_.size() + 1);
+    FJ_CU(cuStreamSynchronize, stream_);
+    if (profile_) report_profile(profile.intervals(), ms_since(t_run), rows, cols);
+    if (options.progress) {
+        RunProgress done;
+        done.chunks_done = done.chunks_total = 1;
+        done.rows_done = done.rows_total = rows;
+        done.elapsed_s = ms_since(t_run) / 1e3;
+        options.progress(done);
+    }
+}
+
+// Device panels only: the steps enqueued on the caller's stream, nothing waited for. Intermediates come from
+// the stream-ordered pool on that stream and go back to it on that stream, after the work that reads them.
+void CudaExecutable::run_async(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs, void* stream,
+                               const RunOptions& options) {
+    check_counts(inputs, outputs);
+    for (const Panel& p : inputs)
+        if (p.memory != Memory::Cuda) throw InputError("cuda: run_async takes device panels only (an input is in host memory)");
+    for (const Panel& p : outputs)
+        if (p.memory != Memory::Cuda) throw InputError("cuda: run_async takes device panels only (an output is in host memory)");
+    const Panel& shape = !outputs.empty() ? outputs[0] : inputs.at(0);
+    const std::int64_t rows = shape.rows, cols = shape.cols;
+    std::lock_guard<std::mutex> lock(run_mutex_);
+    make_current(dev_);
+    if (rows <= 0 || cols <= 0) return;
+    CUstream s = static_cast<CUstream>(stream);
+    RunMemory mem(dev_, s);
+    in_views_.resize(inputs.size());
+    out_views_.resize(outputs.size());
+    for (std::size_t i = 0; i < inputs.size(); ++i) in_views_[i] = {reinterpret_cast<CUdeviceptr>(inputs[i].data), inputs[i].ld};
+    for (std::size_t o = 0; o < outputs.size(); ++o) out_views_[o] = {reinterpret_cast<CUdeviceptr>(outputs[o].data), outputs[o].ld};
+    enqueue_steps(rows, cols, mem, s, nullptr);
+    if (options.progress) {
+        RunProgress queued;
+        queued.chunks_total = 1;
+        queued.rows_total = rows;
+        options.progress(queued);
+    }
+}
+
+// The plan's steps on `s`, over the panels in in_views_ and out_views_ (rows x cols), intermediates from `mem`.
+void CudaExecutable::enqueue_steps(std::int64_t rows, std::int64_t cols, RunMemory& mem, CUstream s, StepProfile* profile) {
+    const std::size_t dense = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols) * dtype_size(dtype_);
+    tmp_views_.assign(plan_.intermediates.size(), DevView{0, cols});  // allocated by their producing step
+    update_shapes(rows, cols);
     for (std::size_t i = 0; i < kernels_.size(); ++i) {
         const KernelInfo& k = kernels_[i];
         for (const ArgRef& r : k.out_refs)
             if (r.kind == ArgRef::Intermediate) tmp_views_[static_cast<std::size_t>(r.index)].ptr = mem.alloc(dense);
-        if (k.row_op) run_row_step(k, rows, cols, mem);
-        else run_kernel_step(i, rows, cols, mem);
-        profile.mark(i + 1);
+        if (k.row_op) run_row_step(k, rows, cols, mem, s);
+        else run_kernel_step(i, rows, cols, mem, s);
+        if (profile) profile->mark(i + 1);
         // Intermediates nothing later reads go back to the pool, ordered after this step on the stream.
         for (int m : plan_.steps[i].frees) {
             mem.release(tmp_views_[static_cast<std::size_t>(m)].ptr);
             tmp_views_[static_cast<std::size_t>(m)].ptr = 0;
         }
     }
-    for (std::size_t o = 0; o < outputs.size(); ++o)
-        if (outputs[o].memory != Memory::Cuda) copy_2d(stream_, false, outputs[o], out_views_[o].ptr, cols);
-    profile.mark(kernels_.size() + 1);
-    FJ_CU(cuStreamSynchronize, stream_);
-    if (profile_) report_profile(profile.intervals(), ms_since(t_run), rows, cols);
+}
+
+// Host panels go through the chunk pipeline when they are all in host memory and big enough for its overlap to
+// pay (or a budget or forced chunking asks for chunks); small ones, and host panels mixed with device panels,
+// are copied whole (run()).
+bool CudaExecutable::use_host_pipeline(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs,
+                                       const RunOptions& options) const {
+    std::int64_t bytes = 0;
+    for (const auto* list : {&inputs, &outputs})
+        for (const Panel& p : *list) {
+            if (p.memory != Memory::Host) return false;
+            bytes += p.rows * p.cols * static_cast<std::int64_t>(dtype_size(p.dtype));
+        }
+    return bytes >= kPipelineBytes || options.max_device_bytes > 0 || options.chunk_rows > 0 || options.chunk_cols > 0;
+}
+
+void CudaExecutable::run_host_pipeline(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs,
+                                       const RunOptions& options) {
+    const Panel& shape = !outputs.empty() ? outputs[0] : inputs.at(0);
+    ChunkRequest r;
+    r.rows = shape.rows;
+    r.cols = shape.cols;
+    r.dtype = dtype_;
+    std::size_t free = 0, total = 0;
+    FJ_CU(cuMemGetInfo, &free, &total);
+    // What is free, less a margin for the pool's rounding and the kernels' own needs (flags, row scratch).
+    r.budget_bytes = options.max_device_bytes > 0 ? options.max_device_bytes : static_cast<std::int64_t>(free / 10 * 9);
+    r.in_flight = HostPipeline::kSlots;
+    std::int64_t bytes = 0;
+    for (const auto* list : {&inputs, &outputs})
+        for (const Panel& p : *list) bytes += p.rows * p.cols * static_cast<std::int64_t>(dtype_size(p.dtype));
+    // Enough chunks for copies and compute to overlap (each stage about a sixteenth of the run at most).
+    r.min_chunks = static_cast<int>(std::clamp<std::int64_t>(bytes / kPipelineChunkBytes, 1, 16));
+    r.chunk_rows = options.chunk_rows;
+    r.chunk_cols = options.chunk_cols;
+    const ChunkPlan chunks = plan_chunks(plan_, r);
+    if (!pipeline_) pipeline_ = std::make_unique<HostPipeline>(dev_);
+    pipeline_->run(chunks, inputs, outputs, dtype_, options,
+                   [this](const std::vector<DevView>& ins, const std::vector<DevView>& outs, std::int64_t rows,
+                          std::int64_t cols, RunMemory& mem, CUstream s) {
+                       in_views_ = ins;
+                       out_views_ = outs;
+                       enqueue_steps(rows, cols, mem, s, nullptr);
+                   });
 }
 
 // FJ_PROFILE: where a run's time went, on stderr after each run: the copies in (from the start of the run,
@@ -381,7 +492,7 @@ void CudaExecutable::report_profile(const std::vector<double>& ms, double wall_m
 }
 
 // A time-series step: its kernel (and, where it raises repair flags, the repair pass after it).
-void CudaExecutable::run_kernel_step(std::size_t i, std::int64_t rows, std::int64_t cols, RunMemory& mem) {
+void CudaExecutable::run_kernel_step(std::size_t i, std::int64_t rows, std::int64_t cols, RunMemory& mem, CUstream stream) {
     const KernelInfo& k = kernels_[i];
     const LaunchShape& s = shapes_[i];
     words_.clear();
@@ -399,14 +510,14 @@ void CudaExecutable::run_kernel_step(std::size_t i, std::int64_t rows, std::int6
         // One bit per column and time tile, zeroed on the stream before the kernel raises them.
         const std::size_t words = static_cast<std::size_t>(s.ntiles) * static_cast<std::size_t>(codegen::cuda_flag_words(cols));
         flag_words = mem.alloc(words * sizeof(std::uint32_t));
-        FJ_CU(cuMemsetD32Async, flag_words, 0u, words, stream_);
+        FJ_CU(cuMemsetD32Async, flag_words, 0u, words, stream);
         words_.push_back(flag_words);
         words_.push_back(static_cast<std::uint64_t>(codegen::cuda_flag_words(cols)));
     }
     if (run_kernels_[i]->scan.smem_bytes > 0) append_tensor_maps(k, rows, cols, run_kernels_[i]->scan.box_rows);
     void* params[] = {words_.data()};
     FJ_CU(cuLaunchKernel, shape_fn_[i], static_cast<unsigned>(s.grid_x), static_cast<unsigned>(s.grid_y), 1u,
-          static_cast<unsigned>(s.block), 1u, 1u, static_cast<unsigned>(shape_smem_[i]), stream_, params, nullptr);
+          static_cast<unsigned>(s.block), 1u, 1u, static_cast<unsigned>(shape_smem_[i]), stream, params, nullptr);
     if (flags) {
         // The repair pass over the same tiles: a block's threads read their flag and leave, except where a pass
         // needs its refolds (docs/numerics.md). Its own block size; as many tiles per grid row as fit.
@@ -415,26 +526,27 @@ void CudaExecutable::run_kernel_step(std::size_t i, std::int64_t rows, std::int6
         const std::int64_t grid_x = (cols + r.block - 1) / r.block;
         const std::int64_t grid_y = std::min<std::int64_t>(s.ntiles, dev_.max_grid_y);
         FJ_CU(cuLaunchKernel, r.fn, static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), 1u,
-              static_cast<unsigned>(r.block), 1u, 1u, 0u, stream_, params, nullptr);
+              static_cast<unsigned>(r.block), 1u, 1u, 0u, stream, params, nullptr);
         mem.release(flag_words);
     }
 }
 
 // A row step: the row kernel once per name its result has. Rows whose sort keys fit a block's shared memory sort
 // there; wider ones in a scratch area of global memory, a block's share each (runtime/cuda/row_kernels.hpp).
-void CudaExecutable::run_row_step(const KernelInfo& k, std::int64_t rows, std::int64_t cols, RunMemory& mem) {
+void CudaExecutable::run_row_step(const KernelInfo& k, std::int64_t rows, std::int64_t cols, RunMemory& mem, CUstream stream) {
     const LoadedKernel& lk = *k.loaded;
     const Op op = k.row_op->op;
     const std::int64_t padded = row_kernel_padded(cols);
-    const std::int64_t key_bytes = padded * row_kernel_key_bytes(dtype_);
-    const bool in_smem = padded <= row_kernel_smem_columns(dtype_, dev_.smem_optin);
+    const bool grouped = row_kernel_grouped(op);
+    const std::int64_t key_bytes = padded * row_kernel_key_bytes(dtype_, grouped);
+    const bool in_smem = padded <= row_kernel_smem_columns(dtype_, grouped, dev_.smem_optin);
     const std::int64_t blocks = std::min<std::int64_t>(rows, in_smem ? std::int64_t{1} << 30 : 2LL * dev_.sm_count);
     CUdeviceptr scratch = 0;
     if (!in_smem) scratch = mem.alloc(static_cast<std::size_t>(blocks * key_bytes));
     const int smem = in_smem ? static_cast<int>(key_bytes) : 0;
     if (smem > 48 * 1024) FJ_CU(cuFuncSetAttribute, lk.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem);
     const DevView x = view(k.in_refs.at(0));
-    const DevView g = row_kernel_grouped(op) ? view(k.in_refs.at(1)) : DevView{0, 0};
+    const DevView g = grouped ? view(k.in_refs.at(1)) : DevView{0, 0};
     for (const ArgRef& r : k.out_refs) {
         const DevView o = view(r);
         std::uint64_t w[kRowKernelParamWords] = {x.ptr, static_cast<std::uint64_t>(x.ld), g.ptr, static_cast<std::uint64_t>(g.ld),
@@ -443,7 +555,7 @@ void CudaExecutable::run_row_step(const KernelInfo& k, std::int64_t rows, std::i
                                                  static_cast<std::uint64_t>(padded), scratch};
         void* params[] = {w};
         FJ_CU(cuLaunchKernel, lk.fn, static_cast<unsigned>(blocks), 1u, 1u, static_cast<unsigned>(kRowKernelThreads), 1u, 1u,
-              static_cast<unsigned>(smem), stream_, params, nullptr);
+              static_cast<unsigned>(smem), stream, params, nullptr);
     }
     if (scratch) mem.release(scratch);
 }
@@ -479,7 +591,7 @@ std::string CudaExecutable::explain() const {
             out += fmt::format("  row step {}: {} over whole rows, kernel {} ({}, {:.2f} ms), {} registers, blocks of {} threads, "
                                "a block per row, keys sorted in shared memory up to {} columns\n",
                                k.kernel->name, op_name(k.row_op->op), lk.function, cache_source_name(k.source), k.ms, lk.registers,
-                               kRowKernelThreads, row_kernel_smem_columns(dtype_, dev_.smem_optin));
+                               kRowKernelThreads, row_kernel_smem_columns(dtype_, row_kernel_grouped(k.row_op->op), dev_.smem_optin));
             continue;
         }
         out += fmt::format("  kernel {}: {} ({:.2f} ms, module load {:.2f} ms), {} registers, {} bytes local, "

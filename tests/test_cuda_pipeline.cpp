@@ -1,0 +1,273 @@
+// The CUDA backend's chunk pipeline for host panels (runtime/cuda/host_pipeline.hpp) and run_async on a caller's
+// stream: chunked runs give the unchunked run's results (within the contract: running sums re-seed where a chunk
+// starts, as at a time tile), progress comes once per chunk, a failure stops the run cleanly and the next run works.
+// Every case skips with a message where there is no GPU.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "factorjit.hpp"
+#include "test_data.hpp"
+
+#ifdef FJ_WITH_CUDA
+#include "runtime/backend.hpp"
+#include "runtime/cuda/cuda_api.hpp"
+#endif
+
+TEST_SUITE("cuda_gpu") {
+
+#ifdef FJ_WITH_CUDA
+
+namespace {
+
+namespace cu = fj::rt::cuda;
+
+bool gpu_here() {
+    std::string why;
+    if (fj::rt::cuda_backend(&why)) return true;
+    MESSAGE("skipped: no CUDA backend: " << why);
+    return false;
+}
+
+// Windows, a delay, a row step between time-series steps and a window over its result: chunks carry the chain's halo.
+std::vector<std::pair<std::string, fj::Expr>> pipeline_program() {
+    using namespace fj;
+    const Expr A = input("A"), B = input("B");
+    return {{"corr", corr(window(A, 20), window(B, 20))},
+            {"std", stddev(window(A - delay(B, 3), 30))},
+            {"ranked", mean(window(rank(A / delay(A, 5) - 1), 10))},
+            {"max", max(window(B, 7))}};
+}
+
+template <class T>
+struct HostRun {
+    std::map<std::string, std::vector<T>> out;
+    std::map<std::string, fj::Panel> in_panels, out_panels;
+    std::map<std::string, std::vector<T>> in;
+
+    HostRun(const fj::test::Dataset& ds, const fj::Program& p) {
+        for (const auto& [name, v] : ds.inputs) {
+            in[name].assign(v.begin(), v.end());
+            in_panels[name] = fj::Panel::host(in[name].data(), ds.rows, ds.cols);
+        }
+        for (const std::string& name : p.output_names()) {
+            out[name].assign(static_cast<std::size_t>(ds.rows * ds.cols), T(-7));
+            out_panels[name] = fj::Panel::host(out[name].data(), ds.rows, ds.cols);
+        }
+    }
+};
+
+template <class T>
+void check_close(const std::map<std::string, std::vector<T>>& got, const std::map<std::string, std::vector<T>>& want, double tol) {
+    for (const auto& [name, w] : want) {
+        CAPTURE(name);
+        const std::vector<T>& g = got.at(name);
+        std::size_t bad = 0, first_bad = 0;
+        for (std::size_t i = 0; i < w.size(); ++i) {
+            const double a = g[i], b = w[i];
+            const bool ok = (std::isnan(a) && std::isnan(b)) || std::fabs(a - b) <= tol * std::max(1.0, std::fabs(b));
+            if (!ok && bad++ == 0) first_bad = i;
+        }
+        CHECK_MESSAGE(bad == 0, bad << " values differ, the first at " << first_bad << ": " << g[first_bad] << " vs " << w[first_bad]);
+    }
+}
+
+template <class T>
+void chunked_equals_whole(fj::DType dtype, double tol) {
+    const fj::test::Dataset ds = fj::test::dataset("price, messy", 3000, 263, fj::test::messy(fj::test::Flavour::Price), 91, {"A", "B"});
+    fj::CompileOptions o;
+    o.backend = fj::Backend::Cuda;
+    const fj::Program p = fj::compile(pipeline_program(), o);
+    HostRun<T> whole(ds, p);
+    p.run(whole.in_panels, whole.out_panels);  // (small panels: copied whole, no chunks)
+    for (std::int64_t chunk_rows : {997, 250, 3000}) {
+        CAPTURE(chunk_rows);
+        HostRun<T> chunked(ds, p);
+        fj::RunOptions ro;
+        ro.chunk_rows = chunk_rows;
+        std::vector<fj::RunProgress> seen;
+        ro.progress = [&](const fj::RunProgress& pr) { seen.push_back(pr); };
+        p.run(chunked.in_panels, chunked.out_panels, ro);
+        check_close(chunked.out, whole.out, tol);
+        for (const auto& [name, v] : whole.in)  // the caller's inputs untouched (bitwise: they hold NaNs)
+            CHECK(std::memcmp(chunked.in.at(name).data(), v.data(), v.size() * sizeof(T)) == 0);
+        const std::int64_t chunks = (ds.rows + chunk_rows - 1) / chunk_rows;
+        REQUIRE(static_cast<std::int64_t>(seen.size()) == chunks);
+        for (std::size_t i = 0; i < seen.size(); ++i) {
+            CHECK(seen[i].chunks_done == static_cast<std::int64_t>(i) + 1);
+            CHECK(seen[i].chunks_total == chunks);
+        }
+        CHECK(seen.back().rows_done == ds.rows);
+        CHECK(seen.back().bytes_out == static_cast<std::int64_t>(ds.rows * ds.cols * 4 * sizeof(T)));
+    }
+    (void)dtype;
+}
+
+}  // namespace
+
+TEST_CASE("host panels in chunks over time through the pipeline: the unchunked run's results, progress per chunk") {
+    if (!gpu_here()) return;
+    chunked_equals_whole<float>(fj::DType::F32, 2e-5);
+    chunked_equals_whole<double>(fj::DType::F64, 1e-10);
+}
+
+TEST_CASE("page-locked host panels are copied by DMA without staging: the same results as pageable ones") {
+    if (!gpu_here()) return;
+    const fj::test::Dataset ds = fj::test::dataset("price, messy", 3000, 263, fj::test::messy(fj::test::Flavour::Price), 95, {"A", "B"});
+    fj::CompileOptions o;
+    o.backend = fj::Backend::Cuda;
+    const fj::Program p = fj::compile(pipeline_program(), o);
+    HostRun<float> pageable(ds, p);
+    fj::RunOptions ro;
+    ro.chunk_rows = 997;
+    p.run(pageable.in_panels, pageable.out_panels, ro);
+    // The same panels in cuMemHostAlloc'd memory, inputs at a leading dimension beyond their columns.
+    cu::make_current(*cu::device());
+    const std::int64_t ld = ds.cols + 5;
+    std::vector<void*> blocks;
+    auto locked = [&](std::size_t elems) {
+        void* q = nullptr;
+        FJ_CU(cuMemHostAlloc, &q, elems * sizeof(float), 0u);
+        blocks.push_back(q);
+        return static_cast<float*>(q);
+    };
+    std::map<std::string, fj::Panel> in, out;
+    for (const auto& [name, v] : pageable.in) {
+        float* q = locked(static_cast<std::size_t>(ds.rows * ld));
+        for (std::int64_t t = 0; t < ds.rows; ++t)
+            std::memcpy(q + t * ld, v.data() + t * ds.cols, static_cast<std::size_t>(ds.cols) * sizeof(float));
+        in[name] = fj::Panel::host(q, ds.rows, ds.cols, ld);
+    }
+    std::map<std::string, float*> outs;
+    for (const auto& [name, v] : pageable.out) {
+        outs[name] = locked(v.size());
+        out[name] = fj::Panel::host(outs[name], ds.rows, ds.cols);
+    }
+    p.run(in, out, ro);
+    for (const auto& [name, v] : pageable.out) {
+        CAPTURE(name);
+        CHECK(std::memcmp(outs[name], v.data(), v.size() * sizeof(float)) == 0);
+    }
+    for (void* q : blocks) cu::driver_api().cuMemFreeHost(q);
+}
+
+TEST_CASE("chunks over columns (no row step), a device budget that forces chunks, and one that cannot fit a row") {
+    if (!gpu_here()) return;
+    using namespace fj;
+    const test::Dataset ds = test::dataset("price, messy", 2000, 301, test::messy(test::Flavour::Price), 92, {"A", "B"});
+    CompileOptions o;
+    o.backend = Backend::Cuda;
+    const Program p = compile({{"corr", corr(window(input("A"), 20), window(input("B"), 20))},
+                               {"sum", sum(window(input("A") * input("B"), 50))}},
+                              o);
+    HostRun<float> whole(ds, p);
+    p.run(whole.in_panels, whole.out_panels);
+    {
+        HostRun<float> cols(ds, p);
+        RunOptions ro;
+        ro.chunk_cols = 64;
+        p.run(cols.in_panels, cols.out_panels, ro);
+        check_close(cols.out, whole.out, 2e-5);  // (fewer columns: other time tiles, so sums re-seed elsewhere)
+    }
+    {
+        HostRun<float> budget(ds, p);
+        RunOptions ro;
+        ro.max_device_bytes = 4 << 20;  // 4 MB: several chunks of a few hundred rows
+        p.run(budget.in_panels, budget.out_panels, ro);
+        check_close(budget.out, whole.out, 2e-5);
+    }
+    HostRun<float> tiny(ds, p);
+    RunOptions ro;
+    ro.max_device_bytes = 1000;
+    CHECK_THROWS_AS(p.run(tiny.in_panels, tiny.out_panels, ro), RunError);
+    HostRun<float> again(ds, p);  // a run after a refused one works
+    p.run(again.in_panels, again.out_panels);
+    check_close(again.out, whole.out, 0.0);
+}
+
+TEST_CASE("a progress callback that throws stops the run; its exception propagates and the next run works") {
+    if (!gpu_here()) return;
+    const fj::test::Dataset ds = fj::test::dataset("price", 3000, 263, fj::test::clean(fj::test::Flavour::Price), 93, {"A", "B"});
+    fj::CompileOptions o;
+    o.backend = fj::Backend::Cuda;
+    const fj::Program p = fj::compile(pipeline_program(), o);
+    HostRun<float> stopped(ds, p);
+    fj::RunOptions ro;
+    ro.chunk_rows = 500;
+    int calls = 0;
+    ro.progress = [&](const fj::RunProgress&) {
+        if (++calls == 2) throw std::runtime_error("stop here");
+    };
+    CHECK_THROWS_WITH_AS(p.run(stopped.in_panels, stopped.out_panels, ro), "stop here", std::runtime_error);
+    CHECK(calls == 2);
+    HostRun<float> whole(ds, p), chunked(ds, p);
+    p.run(whole.in_panels, whole.out_panels);
+    ro.progress = nullptr;
+    p.run(chunked.in_panels, chunked.out_panels, ro);
+    check_close(chunked.out, whole.out, 2e-5);
+}
+
+TEST_CASE("run_async on device panels enqueues on the caller's stream; two programs on two streams") {
+    if (!gpu_here()) return;
+    using namespace fj;
+    const test::Dataset ds = test::dataset("price, messy", 1500, 257, test::messy(test::Flavour::Price), 94, {"A", "B"});
+    CompileOptions o;
+    o.backend = Backend::Cuda;
+    const Program p1 = compile(pipeline_program(), o);
+    const Program p2 = compile({{"z", zscore(input("A") - input("B"))}}, o);
+    HostRun<float> want1(ds, p1), want2(ds, p2);
+    p1.run(want1.in_panels, want1.out_panels);
+    p2.run(want2.in_panels, want2.out_panels);
+
+    cu::make_current(*cu::device());
+    const std::size_t bytes = static_cast<std::size_t>(ds.rows * ds.cols) * sizeof(float);
+    std::map<std::string, cu::CUdeviceptr> dev;
+    auto dalloc = [&](const std::string& name) {
+        FJ_CU(cuMemAlloc, &dev[name], bytes);
+        return Panel::device(dev[name], ds.rows, ds.cols, ds.cols, DType::F32);
+    };
+    std::map<std::string, Panel> in, out1, out2;
+    for (const auto& [name, v] : want1.in) {
+        in[name] = dalloc(name);
+        FJ_CU(cuMemcpyHtoD, dev[name], v.data(), bytes);
+    }
+    for (const auto& [name, v] : want1.out) out1[name] = dalloc("1" + name);
+    for (const auto& [name, v] : want2.out) out2[name] = dalloc("2" + name);
+    cu::CUstream s1 = nullptr, s2 = nullptr;
+    FJ_CU(cuStreamCreate, &s1, 1u);  // non-blocking: nothing orders them but their own work
+    FJ_CU(cuStreamCreate, &s2, 1u);
+    p1.run_async(in, out1, s1);
+    p2.run_async(in, out2, s2);
+    FJ_CU(cuStreamSynchronize, s1);
+    FJ_CU(cuStreamSynchronize, s2);
+    std::map<std::string, std::vector<float>> got1, got2;
+    for (const auto& [name, v] : want1.out) {
+        got1[name].resize(v.size());
+        FJ_CU(cuMemcpyDtoH, got1[name].data(), dev["1" + name], bytes);
+    }
+    for (const auto& [name, v] : want2.out) {
+        got2[name].resize(v.size());
+        FJ_CU(cuMemcpyDtoH, got2[name].data(), dev["2" + name], bytes);
+    }
+    check_close(got1, want1.out, 0.0);
+    check_close(got2, want2.out, 0.0);
+    CHECK_THROWS_AS(p1.run_async(want1.in_panels, out1, s1), InputError);  // host inputs: refused
+    cu::driver_api().cuStreamDestroy(s1);
+    cu::driver_api().cuStreamDestroy(s2);
+    for (auto& [name, ptr] : dev) cu::driver_api().cuMemFree(ptr);
+}
+
+#else
+
+TEST_CASE("the CUDA pipeline: compiled out (no CUDA backend)") {
+    MESSAGE("skipped: built without the CUDA backend (FJ_WITH_CUDA=OFF or no cuda.h)");
+}
+
+#endif  // FJ_WITH_CUDA
+
+}  // TEST_SUITE
