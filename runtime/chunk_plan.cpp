@@ -58,6 +58,22 @@ bool rates_known(const ChunkRates& r) {
 
 }  // namespace
 
+void RateMeter::add(Stage stage, std::int64_t bytes, double seconds) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    bytes_[stage] += static_cast<double>(bytes);
+    seconds_[stage] += seconds;
+}
+
+ChunkRates RateMeter::rates(const ChunkRates& fallback, double min_seconds) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ChunkRates r = fallback;
+    auto rate = [&](int s, double fb) { return seconds_[s] >= min_seconds && bytes_[s] > 0 ? bytes_[s] / seconds_[s] : fb; };
+    r.in_bytes_per_s = rate(In, fallback.in_bytes_per_s);
+    r.compute_bytes_per_s = rate(Compute, fallback.compute_bytes_per_s);
+    r.out_bytes_per_s = rate(Out, fallback.out_bytes_per_s);
+    return r;
+}
+
 Chunk ChunkPlan::chunk(std::int64_t i) const {
     Chunk c;
     c.index = i;

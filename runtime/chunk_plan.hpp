@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "codegen/plan.hpp"
@@ -53,6 +54,22 @@ struct ChunkRates {
     double compute_bytes_per_s = 0;  // input + output bytes of panel one second of computing covers
     double out_bytes_per_s = 0;      // output bytes moved in a second (device -> host copy, file write)
     double chunk_overhead_s = 0;     // fixed cost per chunk and stage (launches, synchronisation, syscalls)
+};
+
+// Stage rates measured over past chunks, for ChunkRequest::rates: a pipeline keeps one (per executable, say)
+// and adds each chunk's bytes and busy seconds per stage, so that the next run's chunk count follows what
+// the machine did rather than what was assumed. Thread-safe.
+class RateMeter {
+public:
+    enum Stage : int { In = 0, Compute = 1, Out = 2 };
+    void add(Stage stage, std::int64_t bytes, double seconds);
+    // Measured rates where a stage has seen at least min_seconds of work, the fallback's elsewhere
+    // (chunk_overhead_s always the fallback's).
+    ChunkRates rates(const ChunkRates& fallback, double min_seconds = 1e-3) const;
+
+private:
+    mutable std::mutex mutex_;
+    double bytes_[3] = {0, 0, 0}, seconds_[3] = {0, 0, 0};
 };
 
 struct ChunkRequest {

@@ -45,6 +45,19 @@ std::string where(const ChunkPlan& plan, const Chunk& c) {
                        c.col_begin, c.col_end);
 }
 
+// The current fj::Error again, its message prefixed with the chunk; backend and input errors keep their type.
+[[noreturn]] void rethrow_in_chunk(const std::string& where) {
+    try {
+        throw;
+    } catch (const BackendError& e) {
+        throw BackendError(fmt::format("{}: {}", where, e.what()));
+    } catch (const InputError& e) {
+        throw InputError(fmt::format("{}: {}", where, e.what()));
+    } catch (const Error& e) {
+        throw RunError(fmt::format("{}: {}", where, e.what()));
+    }
+}
+
 }  // namespace
 
 void run_chunks(const ChunkPlan& chunks, const std::vector<Panel>& inputs, const std::vector<Panel>& outputs,
@@ -71,12 +84,9 @@ void run_chunks(const ChunkPlan& chunks, const std::vector<Panel>& inputs, const
             }
         } catch (const std::bad_alloc&) {
             throw RunError(fmt::format("{}: out of memory", where(chunks, c)));
-        } catch (const BackendError& e) {
-            throw BackendError(fmt::format("{}: {}", where(chunks, c), e.what()));
-        } catch (const InputError& e) {
-            throw InputError(fmt::format("{}: {}", where(chunks, c), e.what()));
-        } catch (const Error& e) {
-            throw RunError(fmt::format("{}: {}", where(chunks, c), e.what()));
+        } catch (const Error&) {
+            if (chunks.count == 1) throw;  // a whole-panel run: the error as the backend said it
+            rethrow_in_chunk(where(chunks, c));
         }
         progress.rows_done += chunks.axis == ChunkAxis::Time ? c.rows() : (k + 1 == chunks.count ? chunks.rows : 0);
         progress.chunks_done = k + 1;

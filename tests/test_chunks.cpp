@@ -317,6 +317,31 @@ TEST_CASE("min_chunks asks for overlap where the rows allow; known rates choose 
     CHECK(fj::rt::plan_chunks(plan, r).whole());
 }
 
+TEST_CASE("measured rates replace assumed ones once a stage has seen enough work, and move the chunk count") {
+    const fj::codegen::Plan plan = fj::codegen::make_plan({{"c", fj::corr(fj::window(A, 20), fj::window(B, 20))}});
+    fj::rt::RateMeter meter;
+    const fj::rt::ChunkRates assumed{2e9, 1.5e9, 1e9, 1e-3};
+    fj::rt::ChunkRates r = meter.rates(assumed);
+    CHECK(r.in_bytes_per_s == 2e9);
+    CHECK(r.compute_bytes_per_s == 1.5e9);
+    meter.add(fj::rt::RateMeter::In, 100'000'000, 0.5);
+    meter.add(fj::rt::RateMeter::In, 100'000'000, 0.5);
+    meter.add(fj::rt::RateMeter::Out, 1000, 1e-6);  // too little to trust
+    r = meter.rates(assumed);
+    CHECK(r.in_bytes_per_s == doctest::Approx(2e8));
+    CHECK(r.compute_bytes_per_s == 1.5e9);
+    CHECK(r.out_bytes_per_s == 1e9);
+    CHECK(r.chunk_overhead_s == 1e-3);
+    // Reading 10x slower than assumed makes it the bottleneck: the pipeline then wants more, smaller chunks
+    // (more of the compute hides under it) than with the assumed rates.
+    ChunkRequest q = request(50000, 1000, 0, 3);
+    q.rates = assumed;
+    const std::int64_t with_assumed = fj::rt::plan_chunks(plan, q).count;
+    q.rates = r;
+    const std::int64_t with_measured = fj::rt::plan_chunks(plan, q).count;
+    CHECK(with_measured > with_assumed);
+}
+
 TEST_CASE("RunOptions are checked before anything runs") {
     if (!cpu_available()) return;
     std::vector<float> a(40, 1.0f), out(40);
