@@ -332,14 +332,20 @@ TEST_CASE("measured rates replace assumed ones once a stage has seen enough work
     CHECK(r.compute_bytes_per_s == 1.5e9);
     CHECK(r.out_bytes_per_s == 1e9);
     CHECK(r.chunk_overhead_s == 1e-3);
-    // Reading 10x slower than assumed makes it the bottleneck: the pipeline then wants more, smaller chunks
-    // (more of the compute hides under it) than with the assumed rates.
+    // The plan from measured rates is the model's best count under them (every count up to 64 tried), and
+    // the model expects it to take longer than with the assumed rates (reading is 10x slower).
     ChunkRequest q = request(50000, 1000, 0, 3);
-    q.rates = assumed;
-    const std::int64_t with_assumed = fj::rt::plan_chunks(plan, q).count;
     q.rates = r;
-    const std::int64_t with_measured = fj::rt::plan_chunks(plan, q).count;
-    CHECK(with_measured > with_assumed);
+    const ChunkPlan measured = fj::rt::plan_chunks(plan, q);
+    const double best = fj::rt::pipeline_seconds(measured, plan, q);
+    for (std::int64_t n = 1; n <= 64; ++n) {
+        ChunkRequest forced = q;
+        forced.chunk_rows = (50000 + n - 1) / n;
+        CHECK(best <= fj::rt::pipeline_seconds(fj::rt::plan_chunks(plan, forced), plan, q) * (1 + 1e-12));
+    }
+    ChunkRequest a = q;
+    a.rates = assumed;
+    CHECK(best > fj::rt::pipeline_seconds(fj::rt::plan_chunks(plan, a), plan, a));
 }
 
 TEST_CASE("RunOptions are checked before anything runs") {
