@@ -3,16 +3,18 @@
 Every step of a program is local in time given its halo (the rows before a row that its results need),
 and row steps (rank, zscore, ...) need whole rows. So the panels are cut over time only: each block of
 rows keeps all its columns, and its task reads the block plus the `halo` rows before it (from the blocks
-before it, however many that takes), runs the program on them and drops the halo rows from the results.
-This is map_overlap with a depth of (halo, 0) over rows and none over columns, written as one task per
-block that returns every output, so a program with several outputs runs once per block, not once per
-output. Results equal the single-machine run within the accuracy contract (docs/operators.md: any tiling
+before it, however many that takes) and computes the block's rows of every output. This is map_overlap with
+a depth of (halo, 0) over rows and none over columns, written as one task per block that returns every
+output, so a program with several outputs runs once per block, not once per output, and without copying
+the block next to its halo (_run_block says how). Results equal the single-machine run within the accuracy contract (docs/operators.md: any tiling
 of time gives the same results up to rounding).
 
 The program travels to worker processes pickled (as its formulas and options) and is compiled once per
 worker process. Its backend is chosen there: "auto" takes a worker's GPU when it has one (CUDA backend;
 host blocks are staged through the device, CuPy blocks are used in place).
 """
+
+from operator import getitem
 
 import dask.array as da
 import numpy as np
@@ -24,22 +26,36 @@ from ._program import Program, _restore
 __all__ = ["run"]
 
 
-def _run_block(state, threads, names, lead, skip, *blocks):
-    """One block's task: blocks[i] lists input i's pieces (the halo's blocks, then its own); lead: the halo
-    rows they hold before the block; skip: the rows of the first piece before the halo. threads: the CPU
-    threads of the run (one by default, so that a worker running several tasks at once does not
-    oversubscribe its cores)."""
+def _run_block(state, threads, names, lead, skip, halo, *blocks):
+    """One block's task: blocks[i] lists input i's pieces (the blocks holding the halo rows, then its own);
+    lead: the halo rows they hold before the block (fewer than `halo` near the panel's start); skip: the rows
+    of the first piece before those. threads: the CPU threads of the run (one by default, so that a worker
+    running several tasks at once does not oversubscribe its cores).
+
+    The block's own rows are not copied next to the halo rows: the program runs on the block as it is, which
+    gets every output row right but the first `halo` (they would need rows before the block), and again on
+    the halo rows plus the block's first `halo` rows, a small copy, for those. A block shorter than the halo
+    is run on one copy of everything it needs."""
     outputs, options, dtype = state
     if threads is not None and options[1] != threads:
         options = (options[0], int(threads)) + options[2:]
     program = _restore(outputs, options, dtype)  # compiled once per worker process
-    arrays = {}
-    for name, pieces in zip(names, blocks):
-        if skip:
-            pieces = [pieces[0][skip:]] + list(pieces[1:])
-        arrays[name] = pieces[0] if len(pieces) == 1 else np.concatenate(pieces, axis=0)
-    out = program.run(**arrays)
-    return {k: v[lead:] for k, v in out.items()}
+    pieces = [[p[0][skip:]] + list(p[1:]) if skip else list(p) for p in blocks]
+    own = {name: p[-1] for name, p in zip(names, pieces)}
+    rows = next(iter(own.values())).shape[0]
+
+    def joined(head_rows):  # the halo rows and the block's first head_rows, one copy
+        return {name: np.concatenate(p[:-1] + [p[-1][:head_rows]], axis=0) for name, p in zip(names, pieces)}
+
+    if lead == 0:
+        return program.run(**own)
+    if rows < halo:
+        return {k: v[lead:] for k, v in program.run(**joined(rows)).items()}
+    out = program.run(**own)
+    head = program.run(**joined(halo))
+    for k, v in out.items():
+        v[:halo] = head[k][lead:]
+    return out
 
 
 def _pick(result, name):
@@ -86,15 +102,24 @@ def run(program, threads=1, **arrays):
 
     token = tokenize(program._state, threads, halo, *[x.name for x in xs])
     run_name = "factorjit-run-" + token
+    # The last min(rows, halo) rows of each block, as tasks of their own: a block's task depends on these
+    # small slices of the blocks before it, so a worker fetches only the halo rows from another worker,
+    # not whole blocks (as map_overlap's boundary slices do).
+    tail_names = [f"factorjit-halo-{k}-{token}" for k in range(len(xs))]
+    tail_rows = [min(int(r), halo) for r in row_chunks]
     layer = {}
+    for k, x in enumerate(xs):
+        for j, r in enumerate(row_chunks):
+            if halo and j + 1 < len(row_chunks):
+                layer[(tail_names[k], j)] = (getitem, (x.name, j, 0), (slice(int(r) - tail_rows[j], None), slice(None)))
     for i in range(len(row_chunks)):
         start = bounds[i]
         first_row = max(0, start - halo)
         first = int(np.searchsorted(bounds, first_row, side="right") - 1)  # the block holding first_row
-        skip = int(first_row - bounds[first])
         lead = int(start - first_row)
-        pieces = [[(x.name, j, 0) for j in range(first, i + 1)] for x in xs]
-        layer[(run_name, i)] = (_run_block, program._state, threads, names, lead, skip, *pieces)
+        skip = int(first_row - (bounds[first + 1] - tail_rows[first])) if lead else 0
+        pieces = [[(tail_names[k], j) for j in range(first, i)] + [(x.name, i, 0)] for k, x in enumerate(xs)]
+        layer[(run_name, i)] = (_run_block, program._state, threads, names, lead, skip, halo, *pieces)
     graph = HighLevelGraph.from_collections(run_name, layer, dependencies=xs)
 
     meta = da.utils.meta_from_array(xs[0], ndim=2, dtype=dtype)

@@ -38,7 +38,8 @@ def program():
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("chunks", [(7, 5), (50, 31), (64, -1), (400, 8)])
+# Blocks shorter than the halo (13), exactly the halo, longer; columns chunked (rechunked to whole rows).
+@pytest.mark.parametrize("chunks", [(7, 5), ((13, 13, 13, 100, 161), (31,)), (50, 31), (64, -1), (400, 8)])
 def test_cluster_equals_single_machine(client, program, dtype, chunks):
     data = {k: v.astype(dtype) for k, v in panels(rows=300, cols=31).items()}
     single = program.run(A=data["A"], B=data["B"])
