@@ -93,40 +93,48 @@ def _pandas_values(name, frame):
     return frame.to_numpy(copy=False)
 
 
-def _device(batch, name, a, library, want):
-    """A CuPy array or a PyTorch CUDA tensor (anything with __cuda_array_interface__) as a device panel."""
+def _describe(name, a, library):
+    """(pointer, shape, byte strides, dtype, device ordinal) of a device array. CuPy's and PyTorch's own
+    attributes are read directly (cheaper than building the __cuda_array_interface__ dict, which other
+    libraries' arrays are read through)."""
     if library == "torch":
         import torch
-        if a.dtype not in (torch.float32, torch.float64):
+        dtype = {torch.float32: _FLOATS[0], torch.float64: _FLOATS[1]}.get(a.dtype)
+        if dtype is None:
             raise _type_error(name, f"{a.dtype} tensors are not panels: factorjit computes on float32 or "
                                     f"float64 (convert with .double() or .float())")
-        a = a.detach()
-        device = a.device.index
-    else:
-        device = getattr(getattr(a, "device", None), "id", None)
+        return (a.data_ptr(), tuple(a.shape), tuple(st * dtype.itemsize for st in a.stride()), dtype,
+                a.device.index)
+    if type(a).__module__.partition(".")[0] == "cupy":
+        return a.data.ptr, a.shape, a.strides, a.dtype, a.device.id
     cai = a.__cuda_array_interface__
-    dtype = _check_dtype(name, np.dtype(cai["typestr"]), want)
-    shape = _as_2d(name, cai["shape"])
+    dtype = np.dtype(cai["typestr"])
     strides = cai.get("strides")  # bytes; None: C order
     if strides is None:
-        ld = shape[1]
-    else:
-        strides = tuple(strides) if len(strides) == 2 else (strides[0], dtype.itemsize)
-        ld = _leading_dimension(shape, strides, dtype.itemsize)
-    ptr = cai["data"][0]
-    if ld is None or np.dtype(cai["typestr"]) != dtype or ptr % dtype.itemsize:
+        strides = tuple(int(np.prod(cai["shape"][i + 1:])) * dtype.itemsize for i in range(len(cai["shape"])))
+    return cai["data"][0], tuple(cai["shape"]), tuple(strides), dtype, None
+
+
+def _device(batch, name, a, library, want):
+    """A CuPy array or a PyTorch CUDA tensor (anything with __cuda_array_interface__) as a device panel."""
+    ptr, shape, strides, dtype, device = _describe(name, a, library)
+    run_dtype = _check_dtype(name, dtype, want)
+    if len(shape) == 1:
+        strides = (strides[0], dtype.itemsize)
+    shape = _as_2d(name, shape)
+    ld = _leading_dimension(shape, strides, dtype.itemsize)
+    if ld is None or dtype != run_dtype or ptr % dtype.itemsize:
         # The one copy, on the device, by the array's own library.
         if library == "torch":
             import torch
-            a = a.to(dtype=torch.float64 if dtype == _FLOATS[1] else torch.float32).contiguous()
+            a = a.detach().to(dtype=torch.float64 if run_dtype == _FLOATS[1] else torch.float32).contiguous()
         else:
             import cupy
-            a = cupy.ascontiguousarray(a, dtype=dtype)
-        cai = a.__cuda_array_interface__
-        ptr, ld = cai["data"][0], shape[1]
+            a = cupy.ascontiguousarray(a, dtype=run_dtype)
+        ptr, ld = (a.data_ptr() if library == "torch" else a.data.ptr), shape[1]
     batch.keep.append(a)
-    batch.panels.append((name, ptr, shape[0], shape[1], ld, dtype == _FLOATS[1], True))
-    return shape, dtype, device
+    batch.panels.append((name, ptr, shape[0], shape[1], ld, run_dtype == _FLOATS[1], True))
+    return shape, run_dtype, device
 
 
 def _kind(a):
@@ -248,12 +256,31 @@ def allocate_outputs(batch, names):
             panels.append((name, a.data_ptr(), shape[0], shape[1], shape[1], f64, True))
     else:
         import cupy
-        with cupy.cuda.Device(batch.device):
+        with _cupy_device(cupy, batch.device):
             for name in names:
                 a = cupy.empty(shape, batch.dtype)
                 out.append(a)
                 panels.append((name, a.data.ptr, shape[0], shape[1], shape[1], f64, True))
     return out, panels
+
+
+class _Nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NOTHING = _Nothing()
+
+
+def _cupy_device(cupy, device):
+    """CuPy's device context for `device`, or nothing when it is current already (the usual case: entering
+    one costs microseconds a run)."""
+    if device is None or cupy.cuda.runtime.getDevice() == device:
+        return _NOTHING
+    return cupy.cuda.Device(device)
 
 
 def caller_stream(batch):
@@ -262,7 +289,7 @@ def caller_stream(batch):
         import torch
         return torch.cuda.current_stream(batch.device).cuda_stream
     import cupy
-    with cupy.cuda.Device(batch.device):
+    with _cupy_device(cupy, batch.device):
         return cupy.cuda.get_current_stream().ptr
 
 

@@ -162,3 +162,41 @@ def test_the_gil_is_released_while_a_program_runs():
     t.join()
     # The counter gains about 10^7 a second when free; a held GIL allows a few switches at most.
     assert during > 20000 * elapsed / 0.1, f"{during} increments in {elapsed:.3f} s"
+
+
+class _FakeDeviceArray:
+    """An object with only __cuda_array_interface__ (as Numba's device arrays have), describing NumPy memory:
+    enough to check how device panels are described without a GPU."""
+
+    def __init__(self, a, c_order_strides_none=True):
+        self._a = a
+        self.ndim = a.ndim
+        strides = None if (c_order_strides_none and a.flags.c_contiguous) else a.strides
+        self.__cuda_array_interface__ = {"shape": a.shape, "typestr": a.dtype.str, "strides": strides,
+                                         "data": (a.__array_interface__["data"][0], False), "version": 3}
+
+
+def test_device_arrays_are_described_in_place():
+    from factorjit import _arrays
+    base = np.zeros((10, 24), np.float32)
+    ptr = base.__array_interface__["data"][0]
+    cases = {
+        "C order, strides None": (base, (ptr, 10, 24, 24, False)),
+        "C order, strides given": (_FakeDeviceArray(base, False), (ptr, 10, 24, 24, False)),
+        "column slice": (base[:, 4:10], (ptr + 16, 10, 6, 24, False)),
+        "1-D with a step": (base[:, 3], (ptr + 12, 10, 1, 24, False)),
+        "float64": (np.zeros((3, 5)), None),
+    }
+    for what, (a, want) in cases.items():
+        fake = a if isinstance(a, _FakeDeviceArray) else _FakeDeviceArray(a)
+        batch = _arrays.prepare_inputs({"x": fake}, ["x"], None)
+        assert batch.kind == "device", what
+        name, p, rows, cols, ld, f64, device = batch.panels[0]
+        if want is None:
+            assert f64 and (rows, cols, ld) == (3, 5, 5), what
+            continue
+        assert (p, rows, cols, ld, f64, device) == want + (True,), what
+    with pytest.raises(TypeError, match="input 'x': integer arrays"):
+        _arrays.prepare_inputs({"x": _FakeDeviceArray(np.zeros((3, 3), np.int32))}, ["x"], None)
+    with pytest.raises(TypeError, match="mix device arrays"):
+        _arrays.prepare_inputs({"x": _FakeDeviceArray(base), "y": base}, ["x", "y"], None)
