@@ -26,7 +26,7 @@ bool is_pointwise(const Node* n) {
     static thread_local std::unordered_map<const Node*, bool> cache;
     auto it = cache.find(n);
     if (it != cache.end()) return it->second;
-    bool r = !is_windowed(n->op);
+    bool r = !is_windowed(n->op) && op_info(n->op).kind != OpKind::Recursive;
     for (const Node* a : n->args) r = r && is_pointwise(a);
     cache.emplace(n, r);
     return r;
@@ -41,6 +41,8 @@ int halo_of(const Node* n) {
     const OpKind kind = op_info(n->op).kind;
     if (kind == OpKind::Window || kind == OpKind::PairWindow) h += n->d - 1;
     if (kind == OpKind::Lag && !is_pointwise(n->args[0])) h += n->d;
+    if (kind == OpKind::Recursive) h = kSequentialHalo;
+    h = std::min(h, kSequentialHalo);
     cache.emplace(n, h);
     return h;
 }
@@ -82,6 +84,10 @@ private:
     V ts_rank(const Node* n);
     V product(const Node* n);
     V decay_linear(const Node* n);
+    // The rest of docs/operators.md's time-series operators (skew and kurt are in moments()).
+    V regression(const Node* n);        // slope, rsquare, resid
+    V order_statistic(const Node* n);   // median, quantile
+    V ema(const Node* n);
     struct WindowCount { V n, before; };   // valid rows in the window, this row and the row before
     WindowCount window_count(const Node* x, int d);
     struct BlockCombine;
@@ -101,11 +107,18 @@ private:
     std::unordered_map<const Node*, int> ring_of_;
     std::set<std::pair<const Node*, int>> needs_second_moment_;  // (x, d) windows needing var/std
     std::set<std::pair<const Node*, int>> needs_sum_;            // (x, d) windows needing sum/mean
+    std::set<std::pair<const Node*, int>> needs_third_;          // (x, d) windows needing skew or kurt
+    std::set<std::pair<const Node*, int>> needs_fourth_;         // (x, d) windows needing kurt
+    std::set<std::pair<const Node*, int>> needs_r2_;             // (x, d) regressions needing rsquare
 
     struct MomentGroup {
         V n, finite, infinities, signed_infinities = -1, shift, s1v, m2n = -1, is_const = -1;
+        V s2v = -1, s3v = -1, s4v = -1;  // (skew, kurt)
         Dd s1, s2;
     };
+    struct RegressionGroup { V n, nf, sj, cjj, cjy, cyy, sy, shift, is_const; };
+    std::map<std::pair<const Node*, int>, RegressionGroup> regression_groups_;
+    std::map<std::pair<const Node*, int>, std::vector<V>> sorted_windows_;  // order statistics' sorted values
     std::map<std::pair<const Node*, int>, MomentGroup> moment_groups_;
     struct PairGroup { V n, infinities, cxy, vx = -1, vy = -1, const_x = -1, const_y = -1; bool full = false; };
     std::map<std::tuple<const Node*, const Node*, int>, PairGroup> pair_groups_;
@@ -147,9 +160,16 @@ void Lowering::plan_moment_groups(const std::vector<const Node*>& roots) {
         if (n->op == Op::WVar || n->op == Op::WStd) needs_second_moment_.insert({n->args[0], n->d});
         if (n->op == Op::WCorr) needs_corr_.insert({n->args[0], n->args[1], n->d});
         if (n->op == Op::WSum || n->op == Op::WMean) needs_sum_.insert({n->args[0], n->d});
+        if (n->op == Op::WSkew || n->op == Op::WKurt) {
+            needs_second_moment_.insert({n->args[0], n->d});
+            needs_third_.insert({n->args[0], n->d});
+        }
+        if (n->op == Op::WKurt) needs_fourth_.insert({n->args[0], n->d});
+        if (n->op == Op::WRSquare) needs_r2_.insert({n->args[0], n->d});
         // Count, sum and mean keep NaN and infinity counts apart (a window with +inf sums to +inf).
         const bool partial = n->min_periods < n->d || n->op == Op::WCount || n->op == Op::WSum || n->op == Op::WMean;
-        const bool moment_op = n->op == Op::WSum || n->op == Op::WMean || n->op == Op::WCount || n->op == Op::WVar || n->op == Op::WStd;
+        const bool moment_op = n->op == Op::WSum || n->op == Op::WMean || n->op == Op::WCount || n->op == Op::WVar ||
+                               n->op == Op::WStd || n->op == Op::WSkew || n->op == Op::WKurt;
         if (partial && moment_op) partial_.insert({n->args[0], n->d});
         if (partial && op_info(n->op).kind == OpKind::PairWindow) partial_pairs_.insert({n->args[0], n->args[1], n->d});
     }
@@ -268,9 +288,15 @@ V Lowering::lower(const Node* n, int lag) {
         case Op::WTsRank: return ts_rank(n);
         case Op::WProduct: return product(n);
         case Op::WDecayLinear: return decay_linear(n);
+        case Op::WSlope:
+        case Op::WRSquare:
+        case Op::WResid: return regression(n);
+        case Op::WMedian:
+        case Op::WQuantile: return order_statistic(n);
         default: return moments(n);
         }
     case OpKind::PairWindow: return pair_moments(n);
+    case OpKind::Recursive: return ema(n);
     case OpKind::CrossSection: break;  // row steps, never in a kernel (the planner cuts them out)
     }
     throw BackendError(fmt::format("lowering: operator {} has no lowering", op_name(n->op)));
@@ -399,6 +425,13 @@ public:
         return n;
     }
     Dd running(int sum) const { return sums_[static_cast<std::size_t>(sum)].value; }
+    // A sum's value before this row's update (its states as loaded).
+    Dd previous(int sum) {
+        const Sum& x = sums_[static_cast<std::size_t>(sum)];
+        return {ir_.load(x.hi_slot), x.lo_slot >= 0 ? ir_.load(x.lo_slot) : -1};
+    }
+    // Adds `in` and removes `out`, both already masked (double-double where the sums are); returns the index.
+    int add_dd(const std::string& what, Dd in, Dd out) { return add_terms(what, in, out); }
     std::size_t size() const { return sums_.size(); }
     DdMath& dd() { return dd_; }
     // Stores each sum's new value: final(sum index, its running value) (the refolded one where a refold ran).
@@ -603,9 +636,11 @@ public:
         when_ = when_ < 0 ? t : ir_.lor(when_, t);
     }
     // A bound and its test: factor * E (plus term * size: the current window's rounded terms) against spread.
-    void test_bound(const std::string& of, V size, V spread, double factor, double term) {
-        V lhs = ir_.mul(bound(of, size), ir_.constant(factor));
+    V test_bound(const std::string& of, V size, V spread, double factor, double term) {
+        V e = bound(of, size);
+        V lhs = ir_.mul(e, ir_.constant(factor));
         test(term > 0 ? ir_.f(Prim::Fma, size, ir_.constant(term), lhs) : lhs, spread);
+        return e;
     }
     // The refold's condition: only windows that give a result (`valid`) are guarded; -1 where nothing is.
     V when(V valid) { return when_ < 0 ? -1 : ir_.land(when_, valid); }
@@ -635,6 +670,43 @@ private:
     std::vector<Bound> bounds_;
     V when_ = -1;
 };
+// The guards of skew's and kurt's sums (moments()), beside var's: the centred sums M3 = S3 - 3a S2 + 2a^2 S1 and
+// M4 = S4 - 4a S3 + 6a^2 S2 - 3a^3 S1 (a: the shifted values' mean) must stay within the tolerance of what the
+// results divide by, M2^1.5 / sqrt(n) and M2^2 / n. Three kinds of rounding: what the running sums of cubes and
+// fourth powers accumulate (their own E, as every sum's), what S2 accumulates (var's E) times |a|, and the
+// float64 rounding of forming M3 and M4 from sums of values far from their mean (about 8 u times the terms'
+// magnitudes): the last grows as (|a| / sd)^4, so a level far from the shift fires it and the refold re-shifts by
+// the row's value. Sums that overflowed (float64 values beyond about 1e102 for cubes, 1e77 for fourth powers)
+// are inf while the value is inside the window and NaN once it has left: their magnitude counts as inf and a
+// NaN limit as -inf, so the guard fires and the refold rebuilds them from the window's own rows.
+void higher_moment_guards(IrBuilder& ir, Guards& guards, Sums& sums, int s2, int s3, int s4, V n, V s1v, V m2n, V e2,
+                          double per_row, double tolerance) {
+    auto abs = [&](V v) { return ir.f(Prim::Abs, v); };
+    auto c = [&](double v) { return ir.constant(v); };
+    auto size = [&](V v) { return ir.select(ir.lt(v, c(kInf)), v, c(kInf)); };
+    auto limit = [&](V v) { return ir.select(ir.isnan(v), c(-kInf), v); };
+    DdMath& dd = sums.dd();
+    V inv_n = ir.f(Prim::Recip, n);
+    V a = abs(ir.mul(s1v, inv_n));
+    V m2 = ir.mul(m2n, inv_n);
+    V s2v = dd.value(sums.running(s2)), s3a = abs(dd.value(sums.running(s3))), s1a = abs(s1v);
+    const double formation = 8.0 * std::ldexp(1.0, -53) / tolerance;
+    V e3 = guards.bound("cubes", size(magnitude(ir, sums.running(s3))));
+    V spread3 = limit(ir.mul(c(0.25), ir.mul(m2, ir.f(Prim::Sqrt, ir.mul(m2, inv_n)))));
+    guards.test(ir.mul(c(per_row), e3), spread3);
+    guards.test(ir.mul(c(3.0 * per_row), ir.mul(a, e2)), spread3);
+    V form3 = ir.add(s3a, ir.mul(a, ir.add(ir.mul(c(3), s2v), ir.mul(c(2), ir.mul(a, s1a)))));
+    guards.test(ir.mul(c(formation), form3), spread3);
+    if (s4 < 0) return;
+    V e4 = guards.bound("fourth powers", size(magnitude(ir, sums.running(s4))));
+    V spread4 = limit(ir.mul(c(0.25), ir.mul(m2, ir.mul(m2, inv_n))));
+    guards.test(ir.mul(c(per_row), e4), spread4);
+    guards.test(ir.mul(c(per_row), ir.mul(a, ir.add(ir.mul(c(4), e3), ir.mul(c(6), ir.mul(a, e2))))), spread4);
+    V s4a = abs(dd.value(sums.running(s4)));
+    V form4 = ir.add(s4a, ir.mul(a, ir.add(ir.mul(c(4), s3a), ir.mul(a, ir.add(ir.mul(c(6), s2v), ir.mul(c(3), ir.mul(a, s1a)))))));
+    guards.test(ir.mul(c(formation), form4), spread4);
+}
+
 // A window's value at lag k inside a refold's per-lag part: re-read from the inputs (pointwise values) or
 // from the value's ring (kept for d + 1 rows: the window's history).
 V Lowering::at_refold_lag(IrBuilder& part, const Node* x, int lag, std::map<std::pair<const Node*, int>, V>& memo) {
@@ -716,6 +788,15 @@ V Lowering::moments(const Node* node) {
             m2n = sums.dd().centred(n_c, sums.running(s2), sums.running(s1), sums.running(s1));
             g.is_const = full ? constancy_full(ir_, xv, d, what) : constancy(ir_, xv, in_valid, ir_.row(), d, what);
         }
+        // skew, kurt: sums of cubes and fourth powers of the same shifted values (the squares rounded once, the
+        // same way entering and leaving, so a value leaves exactly what it brought).
+        const bool third = needs_third_.count(key) > 0, fourth = needs_fourth_.count(key) > 0;
+        int s3 = -1, s4 = -1;
+        if (third) {
+            V yin2 = ir_.mul(yin, yin), yout2 = ir_.mul(yout, yout);
+            s3 = sums.add_product("sum of cubes " + what, yin2, yin, yout2, yout);
+            if (fourth) s4 = sums.add_product("sum of fourth powers " + what, yin2, yin2, yout2, yout2);
+        }
         V s1v = sums.dd().value(sums.running(s1));
 
         // The guard (GuardConstants): E accumulates the sums' magnitude row by row; a refold rebuilds them
@@ -723,12 +804,14 @@ V Lowering::moments(const Node* node) {
         const GuardConstants k = GuardConstants::of(exact_, tolerance_);
         RefoldBuilder rf(ir_, d);
         Guards guards(ir_, what);
-        if (second) guards.test_bound("squares", squares_magnitude(ir_, sums.running(s2)), m2n, 3.0 * d * k.per_row, d * k.term_squares);
+        V e2 = -1;
+        if (second) e2 = guards.test_bound("squares", squares_magnitude(ir_, sums.running(s2)), m2n, 3.0 * d * k.per_row, d * k.term_squares);
         if (sum) {
             V total = ir_.f(Prim::Fma, g.finite, shift, s1v);
             V one = ir_.constant(1), mag = ir_.f(Prim::Abs, total);
             guards.test_bound("sum", magnitude(ir_, sums.running(s1)), ir_.select(ir_.lt(mag, one), one, mag), k.per_row, k.term);
         }
+        if (third) higher_moment_guards(ir_, guards, sums, s2, s3, s4, n_c, s1v, m2n, e2, k.per_row, tolerance_);
         // The refold: the window's finite values, shifted by this row's value where it is finite.
         // (The new shift is formed inside the refold: rows that do not refold do not pay for it.)
         // A window that answers without its newest row (min_periods < d) re-shifts by its latest finite value,
@@ -743,6 +826,12 @@ V Lowering::moments(const Node* node) {
         rf.refresh(yin, yk);
         const int f1 = rf.sum(yk);
         const std::pair<int, int> f2 = second ? rf.sum_product(yk, yk, exact_) : std::make_pair(-1, -1);
+        std::pair<int, int> f3{-1, -1}, f4{-1, -1};
+        if (third) {
+            V yk2 = lag.mul(yk, yk);
+            f3 = rf.sum_product(yk2, yk, exact_);
+            if (fourth) f4 = rf.sum_product(yk2, yk2, exact_);
+        }
         IrBuilder& ep = rf.epilogue();
         DdMath edd{ep, exact_};
         Dd S1 = rf.fold(f1, exact_);
@@ -750,7 +839,7 @@ V Lowering::moments(const Node* node) {
         const auto e_s1 = export_dd(S1);
         const int e_s1v = rf.export_value(edd.value(S1));
         const int e_shift = rf.export_value(new_shift(ep));
-        std::pair<int, int> e_s2{-1, -1};
+        std::pair<int, int> e_s2{-1, -1}, e_s3{-1, -1}, e_s4{-1, -1};
         int e_m2n = -1;
         std::vector<V> fresh;  // each bound's size from the rebuilt sums, in the order of the bounds
         if (second) {
@@ -760,18 +849,37 @@ V Lowering::moments(const Node* node) {
             fresh.push_back(magnitude(ep, S2));
         }
         if (sum) fresh.push_back(magnitude(ep, S1));
+        if (third) {
+            Dd S3 = rf.fold(f3, exact_);
+            e_s3 = export_dd(S3);
+            fresh.push_back(magnitude(ep, S3));
+            if (fourth) {
+                Dd S4 = rf.fold(f4, exact_);
+                e_s4 = export_dd(S4);
+                fresh.push_back(magnitude(ep, S4));
+            }
+        }
         guards.restart(rf, fresh);
         // Only windows that give a result are guarded: before a full window's d rows have entered, its centred
         // moment is formed with n = d over fewer rows and is meaningless (often negative).
         const V when = guards.when(at_least(ir_, g.finite, full ? d : (second ? 2 : 1)));
         if (when >= 0) rf.emit(when);  // (a count alone has no sums to guard)
         auto final = [&](auto e, auto running) { return when >= 0 ? rf.value(e, running) : running; };
-        sums.commit([&](int i, Dd running) { return final(i == s1 ? e_s1 : e_s2, running); });
+        std::vector<Dd> finals(sums.size());
+        sums.commit([&](int i, Dd running) {
+            const auto e = i == s1 ? e_s1 : i == s2 ? e_s2 : i == s3 ? e_s3 : e_s4;
+            return finals[static_cast<std::size_t>(i)] = final(e, running);
+        });
         g.shift = final(e_shift, shift);
         ir_.store(shift_slot, g.shift);
         guards.store(rf, when >= 0);
         g.s1v = final(e_s1v, s1v);
         if (second) g.m2n = final(e_m2n, m2n);
+        if (third) {
+            g.s2v = sums.dd().value(finals[static_cast<std::size_t>(s2)]);
+            g.s3v = sums.dd().value(finals[static_cast<std::size_t>(s3)]);
+            if (fourth) g.s4v = sums.dd().value(finals[static_cast<std::size_t>(s4)]);
+        }
         it = moment_groups_.emplace(key, g).first;
     }
     const MomentGroup& g = it->second;
@@ -806,6 +914,39 @@ V Lowering::moments(const Node* node) {
         var = ir_.select(g.is_const, zero, ir_.select(any_inf, nan, var));
         V r = node->op == Op::WStd ? ir_.f(Prim::Sqrt, var) : var;
         return ir_.select(at_least(ir_, g.n, std::max(minp, 2)), r, nan);
+    }
+    case Op::WSkew:
+    case Op::WKurt: {
+        // pandas' rolling skew and kurt, from the centred sums M2, M3, M4 of the shifted values (mean a):
+        // skew = n sqrt(n - 1) / (n - 2) * M3 / M2^1.5,
+        // kurt = ((n^2 - 1) n M4 / M2^2 - 3 (n - 1)^2) / ((n - 2)(n - 3)).
+        // A constant window gives 0 and -3 exactly (pandas forces the same); M2 <= 0 otherwise (rounding) or
+        // NaN (sums that overflowed: float64 values beyond about 1e102 for cubes, 1e77 for fourth powers): NaN.
+        const bool skew = node->op == Op::WSkew;
+        const int need = skew ? 3 : 4;
+        if (d < need) return nan;
+        const bool full = !partial_.count(std::make_pair(node->args[0], node->d));
+        V n = full ? ir_.constant(d) : g.finite;
+        V one = ir_.constant(1), two = ir_.constant(2), three = ir_.constant(3);
+        V inv_n = ir_.f(Prim::Recip, n);
+        V a = ir_.mul(g.s1v, inv_n);
+        V m2 = ir_.mul(g.m2n, inv_n);
+        V m3 = ir_.sub(g.s3v, ir_.mul(a, ir_.sub(ir_.mul(three, g.s2v), ir_.mul(ir_.mul(two, a), g.s1v))));
+        V n1 = ir_.sub(n, one), n2 = ir_.sub(n, two);
+        V r;
+        if (skew) {
+            V coef = ir_.div(ir_.mul(n, ir_.f(Prim::Sqrt, n1)), n2);
+            r = ir_.div(ir_.mul(coef, m3), ir_.mul(m2, ir_.f(Prim::Sqrt, m2)));
+        } else {
+            V inner = ir_.sub(ir_.mul(ir_.constant(6), g.s2v), ir_.mul(ir_.mul(three, a), g.s1v));
+            V m4 = ir_.sub(g.s4v, ir_.mul(a, ir_.sub(ir_.mul(ir_.constant(4), g.s3v), ir_.mul(a, inner))));
+            V k = ir_.sub(ir_.div(ir_.mul(ir_.mul(ir_.sub(ir_.mul(n, n), one), n), m4), ir_.mul(m2, m2)),
+                          ir_.mul(three, ir_.mul(n1, n1)));
+            r = ir_.div(k, ir_.mul(n2, ir_.sub(n, three)));
+        }
+        r = ir_.select(ir_.land(ir_.lt(zero, m2), ir_.lnot(any_inf)), r, nan);
+        r = ir_.select(ir_.land(g.is_const, ir_.lnot(any_inf)), ir_.constant(skew ? 0.0 : -3.0), r);  // (inf - inf: NaN)
+        return ir_.select(at_least(ir_, g.n, std::max(minp, need)), r, nan);
     }
     default: break;
     }
@@ -1210,6 +1351,206 @@ V Lowering::decay_linear(const Node* node) {
     V weights = ir_.add(ir_.sub(ir_.load(slot), c.before), ir_.select(valid, ir_.constant(d), zero));
     ir_.store(slot, weights);
     return ir_.select(at_least(ir_, c.n, std::max(node->min_periods, 1)), ir_.div(sums[1], weights), ir_.nan());
+}
+
+// ---------------------------------------------------------------------------------------------------
+// slope, rsquare, resid: least squares of the window's valid values y on their positions j = 1 (oldest) .. d
+// (newest), from running sums over the finite rows: n, Sj, Sjj (small integers, exact), Sy, Syy and
+// W = sum(j y). Each row every position drops by one, so W' = W - Sy(t - 1) + d y(t) (the row leaving had
+// position 1, now 0): O(1) per row, like the moments. The centred sums Cjy = n W - Sj Sy, Cjj = n Sjj - Sj^2,
+// Cyy = n Syy - Sy^2 give slope = Cjy / Cjj, rsquare = Cjy^2 / (Cjj Cyy), resid = y(t) - mean y - slope (d -
+// mean j). Values are shifted as in moments() (double-double for float64); W carries the rounding of Sy, so its
+// rounding bound adds var's and the sum's. The guard holds Cjy to the tolerance times what slope, rsquare and
+// resid need of it (Cjj min(1, sd y) / 2d: an absolute error of slope times d, and one relative to the
+// window's spread), Sy to n min(1, sd y) / 2 (resid's mean) and Syy to Cyy (as var); a refold rebuilds the
+// sums from the window's rows, the positions read from a ring of row indices. A constant window gives slope 0,
+// resid 0 and rsquare NaN exactly (the constancy tracker, as var); a window with an infinity NaN.
+V Lowering::regression(const Node* node) {
+    const Node* x = node->args[0];
+    const int d = node->d;
+    const auto key = std::make_pair(x, d);
+    auto it = regression_groups_.find(key);
+    if (it == regression_groups_.end()) {
+        const std::string what = fmt::format("regression on window({}, {})", label(x), d);
+        V xv = value(x, 0), leave = history(x, d);
+        V in_valid = ir_.notnan(xv), out_valid = ir_.land(ir_.row_in_pass(d), ir_.notnan(leave));
+        V in_finite = is_finite(ir_, xv), out_finite = ir_.land(ir_.row_in_pass(d), is_finite(ir_, leave));
+        RegressionGroup g{};
+        const int shift_slot = ir_.new_state(std::numeric_limits<double>::quiet_NaN(), "shift " + what);
+        V shift = sticky_shift(ir_, shift_slot, xv, in_finite);
+        Sums sums(ir_, exact_, in_finite, out_finite);
+        V yin = sums.in(ir_.sub(xv, shift)), yout = sums.out(ir_.sub(leave, shift));
+        leaves_as_entered(ir_, yout, yin, d);
+        g.n = Sums(ir_, false, in_valid, out_valid).count("n " + what);
+        V one = ir_.constant(1), zero = ir_.constant(0), dc = ir_.constant(d);
+        V fin_in = ir_.select(in_finite, one, zero), fin_out = ir_.select(out_finite, one, zero);
+        const int nf_slot = ir_.new_state(0, "finite n " + what), sj_slot = ir_.new_state(0, "sum of positions " + what),
+                  sjj_slot = ir_.new_state(0, "sum of squared positions " + what);
+        V nf0 = ir_.load(nf_slot), sj0 = ir_.load(sj_slot), sjj0 = ir_.load(sjj_slot);
+        V nf = ir_.add(nf0, ir_.sub(fin_in, fin_out));
+        V sj = ir_.add(ir_.sub(sj0, nf0), ir_.mul(dc, fin_in));
+        V sjj = ir_.add(ir_.add(ir_.sub(sjj0, ir_.mul(ir_.constant(2), sj0)), nf0), ir_.mul(ir_.constant(static_cast<double>(d) * d), fin_in));
+        ir_.store(nf_slot, nf);
+        ir_.store(sj_slot, sj);
+        ir_.store(sjj_slot, sjj);
+        g.nf = nf;
+        g.sj = sj;
+        g.cjj = ir_.sub(ir_.mul(nf, sjj), ir_.mul(sj, sj));  // exact: below 2^53 for any d below 2^13
+        const int s1 = sums.add("sum " + what, yin, yout);
+        const int s2 = sums.add_product("sum of squares " + what, yin, yin, yout, yout);
+        const int sw = sums.add_dd("sum of positions times values " + what, sums.dd().product(dc, yin), sums.previous(s1));
+        g.is_const = constancy(ir_, xv, in_valid, ir_.row(), d, what);
+        DdMath& dd = sums.dd();
+        V cyy_run = dd.centred(nf, sums.running(s2), sums.running(s1), sums.running(s1));
+
+        const GuardConstants k = GuardConstants::of(exact_, tolerance_);
+        Guards guards(ir_, what);
+        auto abs = [&](V v) { return ir_.f(Prim::Abs, v); };
+        auto limit = [&](V v) { return ir_.select(ir_.isnan(v), ir_.constant(-kInf), v); };
+        guards.test_bound("squares", squares_magnitude(ir_, sums.running(s2)), cyy_run, 3.0 * d * k.per_row, d * k.term_squares);
+        V sya = magnitude(ir_, sums.running(s1)), wa = magnitude(ir_, sums.running(sw));
+        V e1 = guards.bound("sum", sya);
+        V ew = guards.bound("positional sum", ir_.add(ir_.add(wa, sya), ir_.add(abs(ir_.mul(dc, yin)), ir_.mul(ir_.constant(4), e1))));
+        V root = ir_.f(Prim::Sqrt, ir_.select(ir_.lt(cyy_run, zero), zero, cyy_run));  // n sd(y), population
+        V sd = ir_.mul(root, ir_.f(Prim::Recip, nf));
+        V unit = ir_.select(ir_.lt(sd, one), sd, one);  // min(1, sd y)
+        const double dd2 = static_cast<double>(d) * d;
+        V lhs_jy = ir_.mul(ir_.constant(k.per_row), ir_.add(ir_.mul(dc, ew), ir_.mul(ir_.constant(dd2), e1)));
+        if (k.term > 0) lhs_jy = ir_.f(Prim::Fma, ir_.add(wa, ir_.mul(dc, sya)), ir_.constant(d * k.term), lhs_jy);
+        guards.test(lhs_jy, limit(ir_.mul(ir_.constant(0.5 / d), ir_.mul(g.cjj, unit))));
+        V lhs_y = ir_.mul(ir_.constant(2.0 * k.per_row), e1);
+        if (k.term > 0) lhs_y = ir_.f(Prim::Fma, sya, ir_.constant(k.term), lhs_y);
+        guards.test(lhs_y, limit(ir_.mul(ir_.constant(0.5), ir_.mul(nf, unit))));
+
+        // The refold: the window's finite values shifted by this row's (or the latest finite) value, and their
+        // positions, d - k at lag k, from a ring of row indices.
+        const int rows_ring = ir_.new_ring(d + 1, "row index, " + what);
+        V t = ir_.row();
+        ir_.push(rows_ring, t);
+        RefoldBuilder rf(ir_, d);
+        const V latest = last_finite(xv, in_finite, what);
+        auto new_shift = [&](IrBuilder& part) { return part.select(rf.outer(part, in_finite), rf.outer(part, xv), rf.outer(part, latest)); };
+        std::map<std::pair<const Node*, int>, V> memo;
+        IrBuilder& lag = rf.lag();
+        V xk = at_refold_lag(lag, x, 0, memo);
+        V ok = lag.land(lag.row_in_pass(0), is_finite(lag, xk));
+        V yk = lag.select(ok, lag.sub(xk, new_shift(lag)), lag.constant(0));
+        V jk = lag.select(ok, lag.add(lag.sub(lag.ring_read(rows_ring, 0), rf.outer(lag, t)), lag.constant(d)), lag.constant(0));
+        rf.refresh(yin, yk);
+        const int f1 = rf.sum(yk);
+        const std::pair<int, int> f2 = rf.sum_product(yk, yk, exact_), fw = rf.sum_product(jk, yk, exact_);
+        IrBuilder& ep = rf.epilogue();
+        Dd S1 = rf.fold(f1, exact_), S2 = rf.fold(f2, exact_), SW = rf.fold(fw, exact_);
+        auto export_dd = [&](Dd v) { return std::make_pair(rf.export_value(v.hi), v.lo < 0 ? -1 : rf.export_value(v.lo)); };
+        const auto e_s1 = export_dd(S1), e_s2 = export_dd(S2), e_sw = export_dd(SW);
+        const int e_shift = rf.export_value(new_shift(ep));
+        guards.restart(rf, {magnitude(ep, S2), magnitude(ep, S1), ep.add(magnitude(ep, SW), magnitude(ep, S1))});
+        rf.emit(guards.when(at_least(ir_, nf, 2)));
+        std::vector<Dd> finals(sums.size());
+        sums.commit([&](int i, Dd running) {
+            const auto e = i == s1 ? e_s1 : i == s2 ? e_s2 : e_sw;
+            return finals[static_cast<std::size_t>(i)] = rf.value(e, running);
+        });
+        g.shift = rf.value(e_shift, shift);
+        ir_.store(shift_slot, g.shift);
+        guards.store(rf, true);
+        const Dd Sy = finals[static_cast<std::size_t>(s1)];
+        g.sy = dd.value(Sy);
+        g.cjy = dd.centred(nf, finals[static_cast<std::size_t>(sw)], Dd{sj, exact_ ? zero : -1}, Sy);
+        g.cyy = dd.centred(nf, finals[static_cast<std::size_t>(s2)], Sy, Sy);
+        it = regression_groups_.emplace(key, g).first;
+    }
+    const RegressionGroup& g = it->second;
+    V nan = ir_.nan(), zero = ir_.constant(0), one = ir_.constant(1);
+    V enough = ir_.land(at_least(ir_, g.n, std::max(node->min_periods, 2)), ir_.b(Prim::CmpEQ, g.n, g.nf));
+    V slope = ir_.div(g.cjy, g.cjj);
+    switch (node->op) {
+    case Op::WSlope: return ir_.select(enough, ir_.select(g.is_const, zero, slope), nan);
+    case Op::WRSquare: {
+        // slope * Cjy / Cyy: Cjy^2 and Cjj Cyy overflow long before the ratio does.
+        V r = ir_.f(Prim::Min, ir_.mul(slope, ir_.div(g.cjy, g.cyy)), one);
+        V ok = ir_.land(enough, ir_.land(ir_.lnot(g.is_const), ir_.lt(zero, g.cyy)));
+        return ir_.select(ok, ir_.select(ir_.lt(r, zero), zero, r), nan);
+    }
+    case Op::WResid: {
+        V xv = value(node->args[0], 0);
+        V inv_n = ir_.f(Prim::Recip, g.nf);
+        V fitted = ir_.add(ir_.mul(g.sy, inv_n), ir_.mul(slope, ir_.sub(ir_.constant(node->d), ir_.mul(g.sj, inv_n))));
+        V r = ir_.sub(ir_.sub(xv, g.shift), fitted);
+        return ir_.select(ir_.land(enough, ir_.notnan(xv)), ir_.select(g.is_const, zero, r), nan);
+    }
+    default: break;
+    }
+    throw BackendError(fmt::format("lowering: {} is not a regression", op_name(node->op)));
+}
+
+// median and quantile(q): the window's valid values kept sorted in d states, O(d) per row without a branch.
+// Each row the value leaving is removed, s'[i] = s[i] < out ? s[i] : s[i + 1] (the first of equal values goes),
+// and the one entering inserted, s''[i] = s'[i] < in ? s'[i] : max(s'[i - 1], in). Empty places hold +inf, and a
+// missing value (NaN, or a row before the pass) enters or leaves as +inf, which changes nothing: a run of +inf
+// at the end stays one, whether its entries are values or places, and the count n of valid values says which.
+// Then numpy's / pandas' linear interpolation: position q (n - 1), the values at its floor and the next, read by
+// a chain of selects. (O(d) a row, with d states: an order-statistic structure, O(log d), is not built yet.)
+V Lowering::order_statistic(const Node* node) {
+    const Node* x = node->args[0];
+    const int d = node->d;
+    const auto key = std::make_pair(x, d);
+    V inf = ir_.constant(kInf);
+    if (!sorted_windows_.count(key)) {
+        const std::string what = fmt::format("window({}, {})", label(x), d);
+        V xv = value(x, 0), leave = history(x, d);
+        V vin = ir_.select(ir_.notnan(xv), xv, inf);
+        V vout = ir_.select(ir_.land(ir_.row_in_pass(d), ir_.notnan(leave)), leave, inf);
+        std::vector<int> slots;
+        std::vector<V> s;
+        for (int i = 0; i < d; ++i) {
+            slots.push_back(ir_.new_state(kInf, fmt::format("sorted value {} of {}", i, what)));
+            s.push_back(ir_.load(slots.back()));
+        }
+        s.push_back(inf);
+        std::vector<V> r(static_cast<std::size_t>(d)), u(static_cast<std::size_t>(d));
+        for (std::size_t i = 0; i < r.size(); ++i) r[i] = ir_.select(ir_.lt(s[i], vout), s[i], s[i + 1]);
+        for (std::size_t i = 0; i < u.size(); ++i) {
+            V above = i == 0 ? vin : ir_.f(Prim::Max, r[i - 1], vin);
+            u[i] = ir_.select(ir_.lt(r[i], vin), r[i], above);
+            ir_.store(slots[i], u[i]);
+        }
+        sorted_windows_[key] = u;
+    }
+    const std::vector<V>& u = sorted_windows_.at(key);
+    const double q = node->op == Op::WMedian ? 0.5 : node->value;
+    const WindowCount c = window_count(x, d);
+    V pos = ir_.mul(ir_.constant(q), ir_.sub(c.n, ir_.constant(1)));
+    V lo = ir_.f(Prim::Floor, pos);
+    V frac = ir_.sub(pos, lo);
+    V vlo = u[0], vhi = d > 1 ? u[1] : inf;
+    for (int i = 1; i < d; ++i) {
+        V at = ir_.b(Prim::CmpEQ, lo, ir_.constant(i));
+        vlo = ir_.select(at, u[static_cast<std::size_t>(i)], vlo);
+        vhi = ir_.select(at, i + 1 < d ? u[static_cast<std::size_t>(i + 1)] : inf, vhi);
+    }
+    V exact = ir_.lor(ir_.b(Prim::CmpEQ, frac, ir_.constant(0)), ir_.b(Prim::CmpEQ, vhi, vlo));
+    V r = ir_.select(exact, vlo, ir_.add(vlo, ir_.mul(frac, ir_.sub(vhi, vlo))));
+    return ir_.select(at_least(ir_, c.n, std::max(node->min_periods, 1)), r, ir_.nan());
+}
+
+// ema(x, span): e = alpha x + (1 - alpha) e, started at the first valid value; a missing value leaves e as it
+// was (and is its result). Unbounded memory: the kernel's halo is kSequentialHalo, so every pass starts at the
+// column's first row (halo_of).
+V Lowering::ema(const Node* node) {
+    const Node* x = node->args[0];
+    const double alpha = 2.0 / (node->value + 1.0);
+    const std::string what = fmt::format("ema({}, {})", label(x), node->value);
+    V xv = value(x, 0);
+    V valid = ir_.notnan(xv);
+    const int e_slot = ir_.new_state(std::numeric_limits<double>::quiet_NaN(), what);
+    const int started_slot = ir_.new_state(0, "started " + what);
+    V e = ir_.load(e_slot), started = ir_.load(started_slot);
+    V next = ir_.add(ir_.mul(ir_.constant(alpha), xv), ir_.mul(ir_.constant(1.0 - alpha), e));
+    V en = ir_.select(valid, ir_.select(ir_.b(Prim::CmpGT, started, ir_.constant(0)), next, xv), e);
+    ir_.store(e_slot, en);
+    ir_.store(started_slot, ir_.select(valid, ir_.constant(1), started));
+    return en;
 }
 
 }  // namespace

@@ -20,8 +20,14 @@ void lower_region(const std::vector<const Node*>& roots, bool exact_sums, DType 
 // well inside the accuracy contract of docs/operators.md for panels of `dtype` (docs/numerics.md).
 double sums_tolerance(DType dtype);
 
+// The halo of a kernel holding a recursive operator (ema): unbounded memory, so every pass starts at the
+// column's first row (a time tile "warms up" from row 0: a sequential scan per column, exact for any tiling).
+// Halos never exceed it (halo_of saturates), so a chain of steps still adds up within int.
+constexpr int kSequentialHalo = 1 << 28;
+
 // Rows of warm-up a node needs before its value is exact (Halide-style bounds inference):
-// window(x, d) adds d - 1 to x's, delay(x, k) adds k unless x can be re-read at any lag.
+// window(x, d) adds d - 1 to x's, delay(x, k) adds k unless x can be re-read at any lag; a recursive
+// operator needs every row before (kSequentialHalo, the most any node gets).
 int halo_of(const Node* node);
 
 // True when a node's value at row t - k can be recomputed from the inputs at row t - k (element-wise

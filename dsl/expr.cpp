@@ -105,7 +105,7 @@ Expr constant(double value) {
     return Expr(pool().intern(std::move(n)));
 }
 
-Expr make(Op op, std::vector<Expr> args, int d, int min_periods) {
+Expr make(Op op, std::vector<Expr> args, int d, int min_periods, double value) {
     const OpInfo& info = op_info(op);
     if (info.kind == OpKind::Leaf)
         throw ExprError(fmt::format("{}: build inputs with fj::input and constants with fj::constant", info.name));
@@ -127,6 +127,16 @@ Expr make(Op op, std::vector<Expr> args, int d, int min_periods) {
             throw ExprError(fmt::format("{}: min_periods {} exceeds the window length {}", info.name, min_periods, d));
         n.d = d;
         n.min_periods = op == Op::WCount ? 0 : min_periods;  // count is never NaN
+    }
+    if (op == Op::WQuantile) {
+        if (!(value >= 0 && value <= 1))
+            throw ExprError(fmt::format("{}: q must be in [0, 1], got {}", info.name, value));
+        n.value = value;
+    }
+    if (op == Op::Ema) {
+        if (!(value >= 1) || std::isinf(value))
+            throw ExprError(fmt::format("{}: span must be a finite number >= 1, got {}", info.name, value));
+        n.value = value;
     }
     // -c is the constant -c, so -1 * x built in C++ and "-1 * x" parsed are one node.
     if (op == Op::Neg && args[0].op() == Op::Const) return constant(-args[0].node()->value);
@@ -196,6 +206,14 @@ Expr argmax(const Window& w) { return reduce(Op::WArgMax, w); }
 Expr ts_rank(const Window& w) { return reduce(Op::WTsRank, w); }
 Expr product(const Window& w) { return reduce(Op::WProduct, w); }
 Expr decay_linear(const Window& w) { return reduce(Op::WDecayLinear, w); }
+Expr skew(const Window& w) { return reduce(Op::WSkew, w); }
+Expr kurt(const Window& w) { return reduce(Op::WKurt, w); }
+Expr median(const Window& w) { return reduce(Op::WMedian, w); }
+Expr quantile(const Window& w, double q) { return make(Op::WQuantile, {w.x}, w.d, w.min_periods, q); }
+Expr slope(const Window& w) { return reduce(Op::WSlope, w); }
+Expr rsquare(const Window& w) { return reduce(Op::WRSquare, w); }
+Expr resid(const Window& w) { return reduce(Op::WResid, w); }
+Expr ema(const Expr& x, double span) { return make(Op::Ema, {x}, 0, -1, span); }
 Expr corr(const Window& a, const Window& b) { return reduce_pair(Op::WCorr, a, b); }
 Expr cov(const Window& a, const Window& b) { return reduce_pair(Op::WCov, a, b); }
 
@@ -266,7 +284,9 @@ std::string to_text(const Node* n) {
     case OpKind::Lag: return fmt::format("delay({}, {})", arg(0), n->d);
     case OpKind::Window:
         if (n->op == Op::WCount) return fmt::format("count(window({}, {}))", arg(0), n->d);
+        if (n->op == Op::WQuantile) return fmt::format("quantile({}, {})", win(0), format_number(n->value));
         return fmt::format("{}({})", info.name, win(0));
+    case OpKind::Recursive: return fmt::format("{}({}, {})", info.name, arg(0), format_number(n->value));
     case OpKind::PairWindow: return fmt::format("{}({}, {})", info.name, win(0), win(1));
     case OpKind::CrossSection:
         if (info.arity == 1) return fmt::format("{}({})", info.name, arg(0));

@@ -19,7 +19,7 @@ namespace fj {
 struct Node {
     Op op;
     std::vector<const Node*> args;
-    double value = 0;      // Const
+    double value = 0;      // Const; quantile's q; ema's span
     std::string name;      // Input
     int d = 0;             // window length (windows) or lag (delay)
     int min_periods = 0;   // windows: fewer valid values than this give NaN
@@ -104,8 +104,23 @@ Expr ts_rank(const Window& w);
 Expr product(const Window& w);  // of the valid values (1 for none, with min_periods 0)
 // sum(w_i x_i) / sum(w_i) over the valid values, w_i = the row's position 1 (oldest) .. d (newest).
 Expr decay_linear(const Window& w);
+// Bias-corrected sample skewness (n >= 3) and excess kurtosis (n >= 4), as pandas rolling skew / kurt.
+Expr skew(const Window& w);
+Expr kurt(const Window& w);
+// Order statistics with linear interpolation (numpy / pandas "linear"): q in [0, 1]; median is q = 0.5.
+Expr median(const Window& w);
+Expr quantile(const Window& w, double q);
+// Least squares of the window's valid values on their positions 1 (oldest) .. d (newest): the slope, its
+// R^2, and the newest value minus the fitted value at position d (NaN where the newest value is missing).
+Expr slope(const Window& w);
+Expr rsquare(const Window& w);
+Expr resid(const Window& w);
 Expr corr(const Window& a, const Window& b);
 Expr cov(const Window& a, const Window& b);
+// Exponential moving average: alpha = 2 / (span + 1), e_t = alpha x_t + (1 - alpha) e_(t-1), started at the
+// first valid value, NaN inputs carry the previous value (pandas ewm(span, adjust=False, ignore_na=True)).
+// span >= 1. Unbounded memory: kernels holding one scan each column from its first row (docs/operators.md).
+Expr ema(const Expr& x, double span);
 
 // Cross-sectional: per row (one time), over the columns; NaN values are left out and stay NaN
 // (docs/operators.md, "Cross-sectional"). The group operators work within the columns of a row that share
@@ -120,7 +135,8 @@ Expr group_rank(const Expr& x, const Expr& g);
 Expr group_zscore(const Expr& x, const Expr& g);
 
 // Generic builder used by the parser: checks arity and parameters against the op table.
-Expr make(Op op, std::vector<Expr> args, int d = 0, int min_periods = -1);
+// `value`: quantile's q, ema's span.
+Expr make(Op op, std::vector<Expr> args, int d = 0, int min_periods = -1, double value = 0);
 
 // Inputs named in the expression, in first-use order (depth first, left to right).
 std::vector<std::string> input_names(const std::vector<Expr>& exprs);

@@ -21,6 +21,7 @@ enum class OpKind : std::uint8_t {
     PairWindow,   // reduction of two windows of equal length (corr, cov)
     CrossSection, // f(a whole row of x, over the columns), optionally within the groups of a second panel g
                   // (group ids): rank, zscore, ...; the planner gives each one a row step of its own
+    Recursive,    // f(x at row t, its own value at row t - 1), unbounded memory: ema(x, span) (Node::value: span)
 };
 
 #define FJ_OPS(X)                                                                  \
@@ -64,6 +65,14 @@ enum class OpKind : std::uint8_t {
     X(WTsRank,       "ts_rank",      Window,       1,    nullptr)                 \
     X(WProduct,      "product",      Window,       1,    nullptr)                 \
     X(WDecayLinear,  "decay_linear", Window,       1,    nullptr)                 \
+    X(WSkew,         "skew",         Window,       1,    nullptr)                 \
+    X(WKurt,         "kurt",         Window,       1,    nullptr) /* excess */    \
+    X(WMedian,       "median",       Window,       1,    nullptr)                 \
+    X(WQuantile,     "quantile",     Window,       1,    nullptr) /* value: q */  \
+    X(WSlope,        "slope",        Window,       1,    nullptr)                 \
+    X(WRSquare,      "rsquare",      Window,       1,    nullptr)                 \
+    X(WResid,        "resid",        Window,       1,    nullptr)                 \
+    X(Ema,           "ema",          Recursive,    1,    nullptr) /* value: span */ \
     X(WCorr,         "corr",         PairWindow,   2,    nullptr)                 \
     X(WCov,          "cov",          PairWindow,   2,    nullptr)                 \
     X(Rank,          "rank",         CrossSection, 1,    nullptr)                 \

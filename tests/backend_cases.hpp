@@ -198,7 +198,7 @@ inline bool same_value(double a, double b) {  // bitwise, except that every NaN 
 
 inline bool has_window(const fj::Node* n) {
     for (const fj::Node* m : fj::topo_order({n}))
-        if (fj::is_windowed(m->op)) return true;
+        if (fj::is_windowed(m->op) || fj::op_info(m->op).kind == fj::OpKind::Recursive) return true;
     return false;
 }
 

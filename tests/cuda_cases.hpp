@@ -4,6 +4,7 @@
 // until it is added here.
 #pragma once
 
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,7 +14,22 @@
 
 namespace fj::test {
 
+inline std::vector<std::pair<std::string, fj::Expr>> all_cuda_op_cases();
+
+// The cases, or with FJ_TEST_OP_CASES="name,name,..." set only those (to run a few operators' kernels through the
+// CUDA suites: emulated, NVRTC, on a GPU; "the op cases cover every operator" fails then, as it should).
 inline std::vector<std::pair<std::string, fj::Expr>> cuda_op_cases() {
+    auto all = all_cuda_op_cases();
+    const char* only = std::getenv("FJ_TEST_OP_CASES");
+    if (!only || !*only) return all;
+    const std::string list = "," + std::string(only) + ",";
+    std::vector<std::pair<std::string, fj::Expr>> some;
+    for (auto& c : all)
+        if (list.find("," + c.first + ",") != std::string::npos) some.push_back(std::move(c));
+    return some;
+}
+
+inline std::vector<std::pair<std::string, fj::Expr>> all_cuda_op_cases() {
     using fj::window;
     const fj::Expr A = fj::input("A"), B = fj::input("B"), C = fj::input("C");
     const fj::Expr dA = A - fj::delay(A, 1);
@@ -64,6 +80,17 @@ inline std::vector<std::pair<std::string, fj::Expr>> cuda_op_cases() {
         {"product_mp0", fj::product(window(dA, 7, 0))},
         {"decay_linear", fj::decay_linear(window(A, 20))},
         {"decay_linear_mp", fj::decay_linear(window(B, 37, 3))},
+        // skew, kurt (running moments with cubes and fourth powers), median and quantile (a sorted window in
+        // d states), slope, rsquare, resid (running positional sums, a ring of row indices for the refold), ema.
+        {"skew", fj::skew(window(A, 20))},
+        {"kurt_mp", fj::kurt(window(dA, 30, 5))},
+        {"median", fj::median(window(A, 9))},
+        {"quantile_mp", fj::quantile(window(B, 16, 3), 0.8)},
+        {"slope", fj::slope(window(A, 20))},
+        {"rsquare_mp", fj::rsquare(window(dA, 15, 4))},
+        {"resid", fj::resid(window(B, 10))},
+        {"ema", fj::ema(A, 10)},
+        {"mean_of_ema", fj::mean(window(fj::ema(dA, 5.5), 5))},
         {"corr", fj::corr(window(A, 20), window(B, 20))},
         {"cov", fj::cov(window(A, 10, 5), window(B, 10, 3))},
         // Nesting: rings of windowed values, delays of windowed values, windows over min/max.

@@ -144,7 +144,7 @@ private:
                         const std::int64_t s = t - n->d + 1 + i;
                         rows[static_cast<std::size_t>(i)] = s < 0 ? kNaN : x[at(s, j)];
                     }
-                    out[at(t, j)] = window_reduce_rows(n->op, rows, n->min_periods);
+                    out[at(t, j)] = window_reduce_rows(n->op, rows, n->min_periods, n->value);
                 }
             return out;
         }
@@ -163,6 +163,16 @@ private:
                         }
                     out[at(t, j)] = pair_window_reduce(n->op, xs, ys, n->min_periods);
                 }
+            return out;
+        }
+        case fj::OpKind::Recursive: {
+            const Values& x = memo_.at(n->args[0]);
+            Values column(static_cast<std::size_t>(rows_));
+            for (std::int64_t j = 0; j < cols_; ++j) {
+                for (std::int64_t t = 0; t < rows_; ++t) column[static_cast<std::size_t>(t)] = x[at(t, j)];
+                const Values e = ema_column(column, n->value);
+                for (std::int64_t t = 0; t < rows_; ++t) out[at(t, j)] = e[static_cast<std::size_t>(t)];
+            }
             return out;
         }
         case fj::OpKind::CrossSection: {
@@ -255,7 +265,7 @@ double pair_window_reduce(fj::Op op, const std::vector<double>& xs, const std::v
     throw std::logic_error("reference: not a pair window operator: " + std::string(fj::op_name(op)));
 }
 
-double window_reduce_rows(fj::Op op, const std::vector<double>& rows, int min_periods) {
+double window_reduce_rows(fj::Op op, const std::vector<double>& rows, int min_periods, double value) {
     using fj::Op;
     Values valid;
     for (double x : rows)
@@ -300,8 +310,92 @@ double window_reduce_rows(fj::Op op, const std::vector<double>& rows, int min_pe
         }
         return static_cast<double>(num / den);
     }
+    case Op::WSkew:
+    case Op::WKurt: {
+        // pandas' bias-corrected skewness and excess kurtosis, from two-pass central moments; a constant window
+        // gives 0 and -3 (pandas forces them); any infinity NaN; central sums of cubes (fourth powers) beyond
+        // float64's range NaN, as the float64 sums that hold them overflow.
+        const bool skew = op == Op::WSkew;
+        const std::size_t need = skew ? 3 : 4;
+        if (n < need || n < static_cast<std::size_t>(min_periods)) return kNaN;
+        for (double u : valid)
+            if (std::isinf(u)) return kNaN;
+        if (all_equal(valid)) return skew ? 0.0 : -3.0;
+        const long double m = mean_of(valid);
+        long double m2 = 0, m3 = 0, m4 = 0;
+        for (double u : valid) {
+            const long double e = u - m;
+            m2 += e * e;
+            m3 += e * e * e;
+            m4 += e * e * e * e;
+        }
+        const long double big = std::numeric_limits<double>::max();
+        if (m2 > big || (skew ? std::fabs(m3) : m4) > big) return kNaN;
+        const long double nn = static_cast<long double>(n);
+        if (skew) return static_cast<double>(nn * std::sqrt(nn - 1) / (nn - 2) * m3 / (m2 * std::sqrt(m2)));
+        const long double k = (nn * nn - 1) * nn * m4 / (m2 * m2) - 3 * (nn - 1) * (nn - 1);
+        return static_cast<double>(k / ((nn - 2) * (nn - 3)));
+    }
+    case Op::WMedian:
+    case Op::WQuantile: {
+        // numpy / pandas "linear": position q (n - 1) in the sorted values, interpolated between its floor and
+        // the next; exactly the value where the position is whole or the two are equal.
+        if (n == 0 || n < static_cast<std::size_t>(min_periods)) return kNaN;
+        Values v = valid;
+        std::sort(v.begin(), v.end());
+        const double q = op == Op::WMedian ? 0.5 : value;
+        const double pos = q * static_cast<double>(n - 1);
+        const double lo = std::floor(pos), frac = pos - lo;
+        const auto i = static_cast<std::size_t>(lo);
+        const double a = v[i], b = i + 1 < n ? v[i + 1] : a;
+        if (frac == 0 || a == b) return a;
+        return a + frac * (b - a);
+    }
+    case Op::WSlope:
+    case Op::WRSquare:
+    case Op::WResid: {
+        // Least squares of the valid values on their positions 1 .. d, two passes.
+        if (n < 2 || n < static_cast<std::size_t>(min_periods)) return kNaN;
+        for (double u : valid)
+            if (std::isinf(u)) return kNaN;
+        const bool constant = all_equal(valid);
+        if (op == Op::WResid && std::isnan(rows.back())) return kNaN;
+        if (constant) return op == Op::WRSquare ? kNaN : 0.0;
+        long double mj = 0;
+        for (std::size_t i = 0; i < d; ++i)
+            if (!std::isnan(rows[i])) mj += position(i);
+        mj /= static_cast<long double>(n);
+        const long double my = mean_of(valid);
+        long double sjj = 0, sjy = 0, syy = 0;
+        for (std::size_t i = 0; i < d; ++i) {
+            if (std::isnan(rows[i])) continue;
+            const long double ej = position(i) - mj, ey = rows[i] - my;
+            sjj += ej * ej;
+            sjy += ej * ey;
+            syy += ey * ey;
+        }
+        const long double slope = sjy / sjj;
+        if (op == Op::WSlope) return static_cast<double>(slope);
+        if (op == Op::WRSquare) return static_cast<double>(std::clamp<long double>(sjy * sjy / (sjj * syy), 0.0L, 1.0L));
+        return static_cast<double>(rows.back() - (my + slope * (static_cast<long double>(d) - mj)));
+    }
     default: return window_reduce(op, valid, min_periods);
     }
+}
+
+std::vector<double> ema_column(const std::vector<double>& x, double span) {
+    const long double alpha = 2.0L / (static_cast<long double>(span) + 1);
+    std::vector<double> out(x.size(), kNaN);
+    long double e = 0;
+    bool started = false;
+    for (std::size_t t = 0; t < x.size(); ++t) {
+        if (!std::isnan(x[t])) {
+            e = started ? alpha * x[t] + (1 - alpha) * e : x[t];
+            started = true;
+        }
+        if (started) out[t] = static_cast<double>(e);
+    }
+    return out;
 }
 
 std::vector<double> cross_section_reduce(fj::Op op, const std::vector<double>& v) {

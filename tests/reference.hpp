@@ -38,7 +38,10 @@ std::vector<std::vector<double>> reference(const std::vector<fj::Expr>& exprs, c
 double window_reduce(fj::Op op, const std::vector<double>& values, int min_periods);
 // Any window reduction, given the window's d rows oldest first with NaN where a value is missing (or the row is
 // before the panel's first): argmin, argmax and decay_linear need the rows' positions, ts_rank the newest row.
-double window_reduce_rows(fj::Op op, const std::vector<double>& rows, int min_periods);
+// `value`: the node's parameter (quantile's q).
+double window_reduce_rows(fj::Op op, const std::vector<double>& rows, int min_periods, double value = 0);
+// ema(x, span) over one column, oldest first (pandas ewm(span, adjust=False, ignore_na=True).mean()).
+std::vector<double> ema_column(const std::vector<double>& x, double span);
 // corr / cov over the rows where both are valid: xs[i] and ys[i] come from the same row.
 double pair_window_reduce(fj::Op op, const std::vector<double>& xs, const std::vector<double>& ys, int min_periods);
 

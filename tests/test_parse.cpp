@@ -345,9 +345,13 @@ TEST_CASE("Alpha101: the paper's spellings") {
     CHECK_PARSES_TO("Ts_Rank(x, 5)", fj::ts_rank(fj::window(x, 5)));
     CHECK_PARSES_TO("Decay_linear(x, 5)", fj::decay_linear(fj::window(x, 5)));
     CHECK_PARSES_TO("Product(x, 5)", fj::product(fj::window(x, 5)));
-    // Operators of docs/operators.md the library lacks: "not supported yet", in the formula's spelling.
-    CHECK(parse_failure("Skew(x, 5)").message == "'Skew' is not supported yet");
-    CHECK(parse_failure("median(x, 5)").message == "'median' is not supported yet");
+    // The other time-series operators of docs/operators.md, in pandas' and Qlib's spellings too.
+    CHECK_PARSES_TO("Skew(x, 5)", fj::skew(fj::window(x, 5)));
+    CHECK_PARSES_TO("median(x, 5)", fj::median(fj::window(x, 5)));
+    CHECK_PARSES_TO("Med(x, 5)", fj::median(fj::window(x, 5)));
+    CHECK_PARSES_TO("Quantile(x, 5, 0.8)", fj::quantile(fj::window(x, 5), 0.8));
+    CHECK_PARSES_TO("EMA(x, 5)", fj::ema(x, 5));
+    CHECK_PARSES_TO("Resi(x, 5)", fj::resid(fj::window(x, 5)));
 
     // Bad input in the paper's style.
     CHECK(parse_failure("(x^)").message == "expected an expression after '^', got ')'");
@@ -388,7 +392,8 @@ TEST_CASE("cross-sectional operators: names, Alpha101 spellings, errors") {
     CHECK(parse_failure("scale(x, 1, 2)").message == "scale takes 1 or 2 arguments, got 3: scale(x) or scale(x, a)");
     const Failure w = parse_failure("rank(window(x, 5))");
     CHECK(w.message == "window() is only valid as the argument of a window reducer (sum, mean, count, var, std, min, "
-                       "max, argmin, argmax, ts_rank, product, decay_linear, corr, cov), not of rank (the time-series "
+                       "max, argmin, argmax, ts_rank, product, decay_linear, skew, kurt, median, quantile, slope, rsquare, "
+                         "resid, corr, cov), not of rank (the time-series "
                        "rank is ts_rank(window(x, d)))");
     CHECK(w.column == 6);
 }
@@ -538,11 +543,11 @@ TEST_CASE("errors: format, line and column") {
     CHECK(f.caret_line == "         ^");
     CHECK(f.message == "unexpected character '$'");
 
-    f = parse_failure("ts_mean(close,\n        10)\n  + skew(volume, 5)");
+    f = parse_failure("ts_mean(close,\n        10)\n  + skew(volume, 0)");
     CHECK(f.line == 3);
-    CHECK(f.column == 5);
-    CHECK(f.message == "'skew' is not supported yet");
-    CHECK(f.at_caret == "skew(volume, 5)");
+    CHECK(f.column == 18);
+    CHECK(f.message == "skew: window length must be >= 1, got 0");
+    CHECK(f.at_caret == "0)");
 
     f = parse_failure("# alpha\nsum(close, # window\n    x)");
     CHECK(f.line == 3);
@@ -648,11 +653,12 @@ TEST_CASE("errors: syntax") {
 }
 
 TEST_CASE("errors: calls and arguments") {
-    Failure f = parse_failure("kurt(close, 3)");
-    CHECK(f.message == "'kurt' is not supported yet");
-    CHECK(parse_failure("1 + Skew(x, 5)").message == "'Skew' is not supported yet");
-    CHECK(parse_failure("ema(x, 5)").message == "'ema' is not supported yet");
-    CHECK(parse_failure("quantile(x, 5)").message == "'quantile' is not supported yet");
+    Failure f = parse_failure("kurt(close)");
+    CHECK(f.message.find("kurt of one argument takes a window") != std::string::npos);
+    CHECK(parse_failure("ema(x, 0.5)").message == "ema: span must be a finite number >= 1, got 0.5");
+    CHECK(parse_failure("ema(x, y)").message == "ema: the span must be a number, got 'y'");
+    CHECK(parse_failure("quantile(x, 5)").message.find("quantile takes 2 or 3 arguments") != std::string::npos);
+    CHECK(parse_failure("quantile(x, 5, 1.5)").message == "quantile: q must be in [0, 1], got 1.5");
 
     f = parse_failure("1 + corrr(window(a, 5), window(b, 5))");
     CHECK(f.message == "unknown function 'corrr'; did you mean 'corr'?");
@@ -684,8 +690,8 @@ TEST_CASE("errors: calls and arguments") {
     CHECK(f.column == 1);
     f = parse_failure("1 + abs(window(x, 5))");
     CHECK(f.message == "window() is only valid as the argument of a window reducer "
-                       "(sum, mean, count, var, std, min, max, argmin, argmax, ts_rank, product, decay_linear, corr, "
-                       "cov), not of abs");
+                       "(sum, mean, count, var, std, min, max, argmin, argmax, ts_rank, product, decay_linear, skew, "
+                       "kurt, median, quantile, slope, rsquare, resid, corr, cov), not of abs");
     CHECK(f.column == 9);
     f = parse_failure("sum(window(x, 5) * 2)");
     CHECK(f.message.find("window() must be a whole argument of a window reducer") == 0);
