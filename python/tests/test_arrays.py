@@ -200,3 +200,13 @@ def test_device_arrays_are_described_in_place():
         _arrays.prepare_inputs({"x": _FakeDeviceArray(np.zeros((3, 3), np.int32))}, ["x"], None)
     with pytest.raises(TypeError, match="mix device arrays"):
         _arrays.prepare_inputs({"x": _FakeDeviceArray(base), "y": base}, ["x", "y"], None)
+
+
+def test_torch_cpu_tensors_round_trip(program):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    data = panels(rows=60, cols=7)
+    out = program.run(A=torch.from_numpy(data["A"]), B=torch.from_numpy(data["B"]).requires_grad_(False))
+    ref = program.run(A=data["A"], B=data["B"])
+    for k in ref:
+        assert isinstance(out[k], torch.Tensor) and not out[k].is_cuda and out[k].dtype == torch.float64
+        assert np.array_equal(out[k].numpy(), ref[k], equal_nan=True), k
