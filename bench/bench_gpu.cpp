@@ -3,6 +3,9 @@
 //   bench_gpu [--quick]        all cases, a table last ("--quick": smaller G1/G4 panels)
 //   bench_gpu --j1             J1 alone (cold compiles)
 //   bench_gpu --j3             internal: one cold-or-warm process for J3 (prints "J3 ms")
+//   bench_gpu --a1 [T N]       A1: the 101 alphas as one program on device panels, 4,000 x 5,000 by default (the
+//                              market of bench/alpha_data.py, made here): compile, first run, warm runs (events);
+//                              with FJ_PROFILE=1 the steps' breakdown
 //   bench_gpu --host [T N]     H1: corr w=20 on host panels (pageable memory), host to host, 50,000 x 50,000 by
 //                              default: the first run (pinned staging allocated) and the median of 3 more, with
 //                              the progress callback's chunk count and bytes, and the PCIe floor (both directions
@@ -40,6 +43,8 @@
 #include <ctime>
 #include <string>
 #include <map>
+#include <memory>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -47,6 +52,7 @@
 
 #include <fmt/format.h>
 
+#include "alphas/alpha101.hpp"
 #include "factorjit.hpp"
 
 #ifdef FJ_WITH_CUDA
@@ -648,6 +654,68 @@ int profile_child() {
 }
 
 
+// A1 (issue 21): all 101 alphas compiled as one program and run on device-resident panels: the market of
+// bench/alpha_data.py (random walks, log-normal volumes, group ids per stock), made here with the same recipe.
+int alphas_on_device(long long T, long long N) {
+    const cu::Device& dev = *cu::device();
+    cu::make_current(dev);
+    const std::size_t elems = static_cast<std::size_t>(T * N), bytes = elems * 4;
+    std::mt19937_64 rng(7);
+    std::normal_distribution<double> n01;
+    std::map<std::string, std::vector<float>> host;
+    for (const char* k : {"open", "high", "low", "close", "volume", "vwap", "returns", "cap", "sector", "industry", "subindustry"})
+        host[k].resize(elems);
+    std::vector<double> price(static_cast<std::size_t>(N), 100.0), shares(static_cast<std::size_t>(N));
+    std::vector<float> sector(static_cast<std::size_t>(N)), industry(static_cast<std::size_t>(N)), sub(static_cast<std::size_t>(N));
+    for (long long j = 0; j < N; ++j) {
+        shares[j] = std::exp(18 + n01(rng));
+        sector[j] = static_cast<float>(rng() % 11), industry[j] = static_cast<float>(rng() % 60), sub[j] = static_cast<float>(rng() % 200);
+    }
+    for (long long t = 0; t < T; ++t)
+        for (long long j = 0; j < N; ++j) {
+            const std::size_t i = static_cast<std::size_t>(t * N + j);
+            const double r = 0.02 * n01(rng);
+            price[j] *= std::exp(r);
+            const double c = price[j], o = c * (1 + 0.005 * n01(rng));
+            const double h = std::max(o, c) * (1 + 0.01 * std::fabs(n01(rng))), l = std::min(o, c) * (1 - 0.01 * std::fabs(n01(rng)));
+            host["open"][i] = static_cast<float>(o), host["high"][i] = static_cast<float>(h), host["low"][i] = static_cast<float>(l);
+            host["close"][i] = static_cast<float>(c), host["volume"][i] = static_cast<float>(std::exp(13 + n01(rng)));
+            host["vwap"][i] = static_cast<float>((h + l + c) / 3), host["returns"][i] = static_cast<float>(r);
+            host["cap"][i] = static_cast<float>(c * shares[j]);
+            host["sector"][i] = sector[j], host["industry"][i] = industry[j], host["subindustry"][i] = sub[j];
+        }
+    std::vector<std::pair<std::string, fj::Expr>> outputs;
+    for (const fj::alpha101::Alpha& a : fj::alpha101::all()) outputs.emplace_back(std::string(a.name), fj::parse(std::string(a.formula)));
+    fj::CompileOptions cuda;
+    cuda.backend = fj::Backend::Cuda;
+    auto t0 = Clock::now();
+    const fj::Program p = fj::compile(outputs, cuda);
+    std::map<std::string, std::unique_ptr<DevBuf>> bufs;
+    std::map<std::string, fj::Panel> in, out;
+    for (const std::string& name : p.input_names()) {
+        bufs[name] = std::make_unique<DevBuf>(bytes);
+        FJ_CU(cuMemcpyHtoD, bufs[name]->p, host.at(name).data(), bytes);
+        in[name] = fj::Panel::device(bufs[name]->p, T, N, N, fj::DType::F32);
+    }
+    for (const std::string& name : p.output_names()) {
+        bufs[name] = std::make_unique<DevBuf>(bytes);
+        out[name] = fj::Panel::device(bufs[name]->p, T, N, N, fj::DType::F32);
+    }
+    p.run(in, out);  // the first run: kernels specialised on the panels' leading dimensions (compiled, or from the disk cache)
+    const double first_ms = ms_since(t0);
+    std::vector<double> ms;
+    for (int i = 0; i < 5; ++i) {
+        Events ev;
+        ev.start();
+        p.run(in, out);
+        ms.push_back(ev.stop_ms());
+    }
+    std::printf("A1 101 alphas, %lld x %lld float32 on the device: compile + first run %.0f ms; warm runs %.1f %.1f %.1f %.1f %.1f "
+                "ms, median %.1f ms  [smi %s]\n",
+                T, N, first_ms, ms[0], ms[1], ms[2], ms[3], ms[4], median(ms), smi_once().c_str());
+    return 0;
+}
+
 // H1 (issue 22): Program::run on ordinary host panels (std::vector, pageable), copy in, compute and copy out through
 // the CUDA backend's chunk pipeline, timed on the host clock.
 int host_to_host(long long T, long long N) {
@@ -729,16 +797,17 @@ int main(int argc, char** argv) {
     if (argc > 1 && std::string(argv[1]) == "--j3") return j3_child();
     if (argc > 1 && std::string(argv[1]) == "--profile") return profile_child();
     const bool j1_only = argc > 1 && std::string(argv[1]) == "--j1";
-    if (argc > 1 && std::string(argv[1]) == "--host") {
+    if (argc > 1 && (std::string(argv[1]) == "--host" || std::string(argv[1]) == "--a1")) {
         try {
             std::string why;
             if (!fj::rt::cuda_backend(&why)) {
                 std::printf("bench_gpu: no CUDA backend: %s\n", why.c_str());
                 return 1;
             }
+            if (std::string(argv[1]) == "--a1") return alphas_on_device(argc > 3 ? std::atoll(argv[2]) : 4000, argc > 3 ? std::atoll(argv[3]) : 5000);
             return host_to_host(argc > 3 ? std::atoll(argv[2]) : 50000, argc > 3 ? std::atoll(argv[3]) : 50000);
         } catch (const std::exception& e) {
-            std::printf("bench_gpu --host: %s\n", e.what());
+            std::printf("bench_gpu %s: %s\n", argv[1], e.what());
             return 1;
         }
     }

@@ -145,6 +145,10 @@ if [ $A1 = 1 ]; then
     grep -v "^  " "$LOG/a1_$state.log" | tail -12
     grep -A12 "factorjit profile" "$LOG/a1_$state.log" | tail -13
   done
+  echo "== A1 on device panels: bench_gpu --a1 (then with FJ_PROFILE=1)"
+  timeout 200 "$BUILD/bench_gpu" --a1 ${A1_T:-4000} ${A1_N:-5000} 2>&1 | tee "$LOG/a1_device.log" | grep -E "^A1|rror"
+  FJ_PROFILE=1 timeout 200 "$BUILD/bench_gpu" --a1 ${A1_T:-4000} ${A1_N:-5000} > "$LOG/a1_device_profile.log" 2>&1
+  grep -A20 "factorjit profile: ${A1_T:-4000}" "$LOG/a1_device_profile.log" | tail -21
 fi
 
 if [ $PROFILE = 1 ]; then

@@ -482,6 +482,15 @@ void CudaExecutable::report_profile(const std::vector<double>& ms, double wall_m
                                   "{:.2f} ms; kernels {:.2f} ms; row steps {:.2f} ms; copies out {:.2f} ms\n",
                                   rows, cols, dtype_name(dtype_), kernels_.size(), wall_ms, ms[0], kernels, row_steps,
                                   ms[kernels_.size() + 1]);
+    std::map<std::string, std::pair<int, double>> by_op;  // row steps by operator: count, total ms
+    for (std::size_t i = 0; i < kernels_.size(); ++i)
+        if (kernels_[i].row_op) {
+            auto& [n, t] = by_op[std::string(op_name(kernels_[i].row_op->op))];
+            ++n;
+            t += ms[i + 1];
+        }
+    for (const auto& [op, nt] : by_op)
+        out += fmt::format("  row steps {}: {} taking {:.2f} ms ({:.3f} ms each)\n", op, nt.first, nt.second, nt.second / nt.first);
     for (std::size_t j = 0; j < std::min<std::size_t>(slowest.size(), 12); ++j) {
         const KernelInfo& k = kernels_[slowest[j].second];
         out += fmt::format("  {:8.3f} ms  {} {}\n", slowest[j].first,
@@ -538,8 +547,8 @@ void CudaExecutable::run_row_step(const KernelInfo& k, std::int64_t rows, std::i
     const Op op = k.row_op->op;
     const std::int64_t padded = row_kernel_padded(cols);
     const bool grouped = row_kernel_grouped(op);
-    const std::int64_t key_bytes = padded * row_kernel_key_bytes(dtype_, grouped);
-    const bool in_smem = padded <= row_kernel_smem_columns(dtype_, grouped, dev_.smem_optin);
+    const std::int64_t key_bytes = padded * row_kernel_key_bytes(dtype_, op);
+    const bool in_smem = padded <= row_kernel_smem_columns(dtype_, op, dev_.smem_optin);
     const std::int64_t blocks = std::min<std::int64_t>(rows, in_smem ? std::int64_t{1} << 30 : 2LL * dev_.sm_count);
     CUdeviceptr scratch = 0;
     if (!in_smem) scratch = mem.alloc(static_cast<std::size_t>(blocks * key_bytes));
@@ -591,7 +600,7 @@ std::string CudaExecutable::explain() const {
             out += fmt::format("  row step {}: {} over whole rows, kernel {} ({}, {:.2f} ms), {} registers, blocks of {} threads, "
                                "a block per row, keys sorted in shared memory up to {} columns\n",
                                k.kernel->name, op_name(k.row_op->op), lk.function, cache_source_name(k.source), k.ms, lk.registers,
-                               kRowKernelThreads, row_kernel_smem_columns(dtype_, row_kernel_grouped(k.row_op->op), dev_.smem_optin));
+                               kRowKernelThreads, row_kernel_smem_columns(dtype_, k.row_op->op, dev_.smem_optin));
             continue;
         }
         out += fmt::format("  kernel {}: {} ({:.2f} ms, module load {:.2f} ms), {} registers, {} bytes local, "

@@ -3,12 +3,14 @@
 // (docs/architecture.md, "Row steps"; the definitions are docs/operators.md's, the same as runtime/cpu/row_ops.cpp).
 //
 // A block owns a row (blocks stride over rows). It keys the row's valid columns by (group id, value) in an
-// order-preserving integer form, packed with the column into one 64-bit word for float32 rows without groups
-// (NaN values and NaN group ids are left out and their outputs are NaN),
-// sorts them with a bitonic sort, in shared memory where the row fits (row_kernels_smem_columns()) and in a
-// global scratch area of the launch otherwise, then gives each group (the whole row for the plain operators)
-// to a warp: its count, sums and extremes in a fixed order (results do not depend on the launch). Ranks take
-// every thread of the block: each sorted position finds its group's bounds and its tie run by binary search. Columns of a row: 1 to 2^30.
+// order-preserving integer form (NaN values and NaN group ids are left out and their outputs are NaN) and sorts
+// them: float32 keys packed with the column into one 64-bit word (the value's key for rank; the group's key, or
+// none, for the operators that need no order of values: all but the ranks) by a radix sort of 1-bit passes in
+// shared memory, the others (float64, group_rank, rows wider than 8,192 columns) by a bitonic sort, in shared
+// memory where the row fits (row_kernel_smem_columns()) and in a global scratch area of the launch otherwise.
+// Then each group (the whole row for the plain operators) goes to a warp: its count, sums and extremes in a fixed
+// order (results do not depend on the launch). Ranks take every thread of the block: each sorted position finds
+// its group's bounds and its tie run by binary search. Columns of a row: 1 to 2^30.
 #pragma once
 
 #include <cstdint>
@@ -29,11 +31,11 @@ std::string row_kernel_name(DType dtype);
 
 // Threads per block, and the bytes of sort keys per column (a power-of-two count of columns is sorted).
 inline constexpr int kRowKernelThreads = 1024;
-int row_kernel_key_bytes(DType dtype, bool grouped);
+int row_kernel_key_bytes(DType dtype, Op op);
 // The padded column count a row of `cols` columns sorts (the next power of two).
 std::int64_t row_kernel_padded(std::int64_t cols);
 // The widest padded row whose keys fit `smem_bytes` of a block's shared memory; wider rows sort in global memory.
-std::int64_t row_kernel_smem_columns(DType dtype, bool grouped, int smem_bytes);
+std::int64_t row_kernel_smem_columns(DType dtype, Op op, int smem_bytes);
 
 // Parameter block (8-byte words): x, x_ld, g (0: none), g_ld, out, out_ld, rows, cols, op, padded, scratch
 // (0: keys in shared memory; else padded * key bytes per block of the grid, in global memory).
