@@ -210,3 +210,19 @@ def test_torch_cpu_tensors_round_trip(program):
     for k in ref:
         assert isinstance(out[k], torch.Tensor) and not out[k].is_cuda and out[k].dtype == torch.float64
         assert np.array_equal(out[k].numpy(), ref[k], equal_nan=True), k
+
+
+def test_compile_options_reach_the_library():
+    """materialize, tile_rows, threads and exact_sums change how a program runs, not what it computes."""
+    data = panels(rows=500, cols=13)
+    formulas = {"n": "ts_mean(stddev(A, 5), 10) * correlation(A, B, 8)"}
+    plain = fj.compile(formulas, backend="cpu").run(A=data["A"], B=data["B"])["n"]
+    for options in ({"materialize": ["stddev(A, 5)"]}, {"materialize": [fj.parse("correlation(A, B, 8)")]},
+                    {"tile_rows": 64}, {"threads": 1, "block_cols": 8}, {"exact_sums": True}):
+        p = fj.compile(formulas, backend="cpu", **options)
+        got = p.run(A=data["A"], B=data["B"])["n"]
+        assert np.array_equal(np.isnan(got), np.isnan(plain)), options
+        ok = ~np.isnan(plain)
+        assert np.allclose(got[ok], plain[ok], rtol=1e-9, atol=1e-9), options
+    text = fj.compile(formulas, backend="cpu", materialize=["stddev(A, 5)"]).explain()
+    assert "_fj_t0" in text  # the materialised subexpression is an intermediate panel of its own
