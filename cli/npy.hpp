@@ -60,7 +60,7 @@ NpyHeader read_npy_header(const std::string& path);
 // is memory-mapped and used in place: a chunk is a view of the mapping, nothing is copied, and rows no
 // chunk needs any more are handed back to the kernel (madvise), so a panel larger than RAM streams
 // through. Fortran-order data is copied: each chunk's rows are transposed out of the mapping into a
-// buffer of the caller's. A file that cannot be mapped (a pipe) is read whole into memory once.
+// buffer of the caller's. A file that cannot be mapped (not a regular file) is read whole into memory once.
 class NpyReader {
 public:
     explicit NpyReader(const std::string& path);  // opens, checks the header and the length; throws InputError
