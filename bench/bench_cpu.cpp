@@ -1,10 +1,15 @@
 // C1 of TARGETS.md: the CPU backend on the headline case, next to a 2-read-1-write streaming floor
 // measured in the same run on the same panels and threads.
 // Usage: bench_cpu [rows=50000] [cols=1000] [threads=2] [reps=7] [block_cols=auto] [tile_rows=auto]
+// FJ_BENCH_OPS="skew kurt ...": instead of corr, each of these time-series reducers of window(A, w) at w = 20 and
+// 250 (the ratio is issue 21's "w = 250 within 1.5 x w = 20"); "ema" times ema(A, w) (span w).
+// "quantile" is quantile(window(A, w), 0.25); any other name X is X(window(A, w)).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -51,6 +56,30 @@ int main(int argc, char** argv) {
     opt.threads = threads;
     opt.block_cols = block_cols;
     opt.tile_rows = tile_rows;
+    std::vector<std::string> ops;
+    if (const char* v = std::getenv("FJ_BENCH_OPS")) {
+        std::istringstream words(v);
+        for (std::string op; words >> op;) ops.push_back(op);
+    }
+    if (!ops.empty()) {
+        const std::map<std::string, fj::Panel> in{{"A", fj::Panel::host(a.data(), rows, cols)}};
+        const std::map<std::string, fj::Panel> out{{"c", fj::Panel::host(c.data(), rows, cols)}};
+        for (const std::string& op : ops) {
+            double t20 = 0;
+            for (int w : {20, 250}) {
+                const std::string ws = std::to_string(w);
+                const std::string f = op == "ema"        ? "ema(A, " + ws + ")"
+                                      : op == "quantile" ? "quantile(window(A, " + ws + "), 0.25)"
+                                                         : op + "(window(A, " + ws + "))";
+                fj::Program p = fj::compile({{"c", fj::parse(f)}}, opt);
+                const double t = median_time(reps, [&] { p.run(in, out); });
+                if (w == 20) t20 = t;
+                std::printf("%-44s %9.2f ms  %6.2f x stream%s\n", f.c_str(), t * 1e3, t / stream,
+                            w == 20 ? "" : ("  (" + std::to_string(t / t20).substr(0, 4) + " x w=20)").c_str());
+            }
+        }
+        return 0;
+    }
     for (int w : {20, 250}) {
         const std::string f = "corr(window(A," + std::to_string(w) + "), window(B," + std::to_string(w) + "))";
         fj::Program p = fj::compile({{"c", fj::parse(f)}}, opt);

@@ -25,7 +25,8 @@
 //   FJ_BENCH_G5_SETTINGS="default edges=0 block=256,tile=313 ..."   the G5 settings, each at its `tile`
 //                              or, without one, at two tile lengths (auto and 160 rows)
 //   FJ_BENCH_SWEEP="w=250,hints=0 tile=4000 op=max,w=30 ..."   more settings on the 50,000 x 50,000 panel
-//                              (op: corr, the default, or max min std mean of window(A, w);
+//                              (op: corr, the default, or max min std mean skew kurt slope rsquare resid median
+//                              quantile (q = 0.25) ts_rank argmax decay_linear product of window(A, w), or ema(A, w);
 //                              "sustained=1": measured in that state, see time_sustained(), instead of time_cool();
 //                              "holes=K": on panels with NaNs in A every K rows of every 32nd column, see fj_bench_gen;
 //                              "spikes=K": on panels with a bad tick of 1e8 in A in K columns spread evenly, see
@@ -386,7 +387,23 @@ std::pair<fj::Expr, int> sweep_expr(const std::string& op, int w) {
     if (op == "std") return {fj::std(fj::window(A, w)), 1};
     if (op == "mean") return {fj::mean(fj::window(A, w)), 1};
     if (op == "cov") return {fj::cov(fj::window(A, w), fj::window(fj::input("B"), w)), 2};
-    throw std::runtime_error("FJ_BENCH_SWEEP: op=" + op + " is not one of corr cov max min std mean");
+    // The other time-series operators (issue 21: each at w = 250 within 1.5 x its own w = 20, order statistics
+    // excepted); ema takes w as its span.
+    if (op == "skew") return {fj::skew(fj::window(A, w)), 1};
+    if (op == "kurt") return {fj::kurt(fj::window(A, w)), 1};
+    if (op == "slope") return {fj::slope(fj::window(A, w)), 1};
+    if (op == "rsquare") return {fj::rsquare(fj::window(A, w)), 1};
+    if (op == "resid") return {fj::resid(fj::window(A, w)), 1};
+    if (op == "median") return {fj::median(fj::window(A, w)), 1};
+    if (op == "quantile") return {fj::quantile(fj::window(A, w), 0.25), 1};
+    if (op == "ts_rank") return {fj::ts_rank(fj::window(A, w)), 1};
+    if (op == "argmax") return {fj::argmax(fj::window(A, w)), 1};
+    if (op == "decay_linear") return {fj::decay_linear(fj::window(A, w)), 1};
+    if (op == "product") return {fj::product(fj::window(A, w)), 1};
+    if (op == "ema") return {fj::ema(A, w), 1};
+    throw std::runtime_error("FJ_BENCH_SWEEP: op=" + op +
+                             " is not one of corr cov max min std mean skew kurt slope rsquare resid median quantile "
+                             "ts_rank argmax decay_linear product ema");
 }
 
 void setenv_or_unset(const char* name, const std::string& v) {
