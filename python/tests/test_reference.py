@@ -106,7 +106,8 @@ def test_equals_the_cxx_command_bit_for_bit(program, cli_path, tmp_path):
         args += ["-i", f"{k}={tmp_path / (k + '.npy')}"]
     for name, text, _ in picked:
         args += ["-e", text, "-o", str(tmp_path / f"out_{name}.npy")]
-    subprocess.run(args, check=True, capture_output=True, env={**os.environ, "FJ_QUIET": "1"})
+    r = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "FJ_QUIET": "1"})
+    assert r.returncode == 0, f"factorjit eval failed ({r.returncode}): {r.stderr}"
     out = program.run(**data)
     for name, _, _ in picked:
         cxx = np.load(tmp_path / f"out_{name}.npy")
