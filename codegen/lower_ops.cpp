@@ -1490,7 +1490,10 @@ V Lowering::regression(const Node* node) {
 // missing value (NaN, or a row before the pass) enters or leaves as +inf, which changes nothing: a run of +inf
 // at the end stays one, whether its entries are values or places, and the count n of valid values says which.
 // Then numpy's / pandas' linear interpolation: position q (n - 1), the values at its floor and the next, read by
-// a chain of selects. (O(d) a row, with d states: an order-statistic structure, O(log d), is not built yet.)
+// a chain of selects (or, where only full windows answer, directly: the position is a constant). O(d) a row, with
+// d states: an order-statistic structure (O(log d)) needs state read at a computed index, which the kernel IR
+// does not have (every primitive's operands are fixed slots), so it is not built yet.
+// TODO (docs/operators.md): an indexed-state primitive, then a sub-linear structure for w >= 64 (and ts_rank).
 V Lowering::order_statistic(const Node* node) {
     const Node* x = node->args[0];
     const int d = node->d;
@@ -1520,14 +1523,25 @@ V Lowering::order_statistic(const Node* node) {
     const std::vector<V>& u = sorted_windows_.at(key);
     const double q = node->op == Op::WMedian ? 0.5 : node->value;
     const WindowCount c = window_count(x, d);
-    V pos = ir_.mul(ir_.constant(q), ir_.sub(c.n, ir_.constant(1)));
-    V lo = ir_.f(Prim::Floor, pos);
-    V frac = ir_.sub(pos, lo);
-    V vlo = u[0], vhi = d > 1 ? u[1] : inf;
-    for (int i = 1; i < d; ++i) {
-        V at = ir_.b(Prim::CmpEQ, lo, ir_.constant(i));
-        vlo = ir_.select(at, u[static_cast<std::size_t>(i)], vlo);
-        vhi = ir_.select(at, i + 1 < d ? u[static_cast<std::size_t>(i + 1)] : inf, vhi);
+    V vlo, vhi, frac;
+    if (node->min_periods == d) {
+        // Only full windows answer: n = d, so the position is a constant and the two values are states.
+        const double pos = q * static_cast<double>(d - 1), lo = std::floor(pos);
+        const auto i = static_cast<std::size_t>(lo);
+        vlo = u[i];
+        vhi = i + 1 < u.size() ? u[i + 1] : inf;
+        frac = ir_.constant(pos - lo);
+    } else {
+        V pos = ir_.mul(ir_.constant(q), ir_.sub(c.n, ir_.constant(1)));
+        V lo = ir_.f(Prim::Floor, pos);
+        frac = ir_.sub(pos, lo);
+        vlo = u[0];
+        vhi = d > 1 ? u[1] : inf;
+        for (int i = 1; i < d; ++i) {
+            V at = ir_.b(Prim::CmpEQ, lo, ir_.constant(i));
+            vlo = ir_.select(at, u[static_cast<std::size_t>(i)], vlo);
+            vhi = ir_.select(at, i + 1 < d ? u[static_cast<std::size_t>(i + 1)] : inf, vhi);
+        }
     }
     V exact = ir_.lor(ir_.b(Prim::CmpEQ, frac, ir_.constant(0)), ir_.b(Prim::CmpEQ, vhi, vlo));
     V r = ir_.select(exact, vlo, ir_.add(vlo, ir_.mul(frac, ir_.sub(vhi, vlo))));
