@@ -637,8 +637,9 @@ public:
     }
     // A bound and its test: factor * E (plus term * size: the current window's rounded terms) against spread.
     V test_bound(const std::string& of, V size, V spread, double factor, double term) {
+        V k = ir_.constant(factor);  // (before E: the instruction order of the kernels before E was returned)
         V e = bound(of, size);
-        V lhs = ir_.mul(e, ir_.constant(factor));
+        V lhs = ir_.mul(e, k);
         test(term > 0 ? ir_.f(Prim::Fma, size, ir_.constant(term), lhs) : lhs, spread);
         return e;
     }
