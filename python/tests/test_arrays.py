@@ -226,3 +226,16 @@ def test_compile_options_reach_the_library():
         assert np.allclose(got[ok], plain[ok], rtol=1e-9, atol=1e-9), options
     text = fj.compile(formulas, backend="cpu", materialize=["stddev(A, 5)"]).explain()
     assert "_fj_t0" in text  # the materialised subexpression is an intermediate panel of its own
+
+
+def test_concurrent_runs_from_python_threads():
+    """With the GIL released, several Python threads run one program at once: each gets its own results."""
+    from concurrent.futures import ThreadPoolExecutor
+    p = fj.compile({"c": "correlation(A, B, 10)", "r": "rank(A)"}, backend="cpu", threads=1)
+    sets = [panels(rows=300, cols=17, seed=s) for s in range(8)]
+    want = [p.run(A=d["A"], B=d["B"]) for d in sets]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda d: p.run(A=d["A"], B=d["B"]), sets * 3))
+    for i, out in enumerate(got):
+        for k in out:
+            assert np.array_equal(out[k], want[i % len(sets)][k], equal_nan=True), (i, k)
