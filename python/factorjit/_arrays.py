@@ -161,7 +161,7 @@ def prepare_inputs(arrays, names, want):
         raise MissingInputError(f"missing input{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}: "
                                 f"the program reads {', '.join(names)}; given: {', '.join(arrays) or 'none'}")
     batch = Batch()
-    shapes, dtypes, kinds, ndims = {}, {}, set(), set()
+    shapes, dtypes, kinds, ndims, frames = {}, {}, set(), set(), []
     for name in names:
         a = arrays[name]
         kind = _kind(a)
@@ -180,8 +180,8 @@ def prepare_inputs(arrays, names, want):
         else:
             if kind == "pandas":
                 if batch.pandas is None or (a.ndim == 2 and batch.pandas.ndim == 1):
-                    batch.pandas = a
-                _same_labels(name, a, batch.pandas, names)
+                    batch.pandas = a  # the outputs' labels: the first DataFrame, else the first Series
+                frames.append((name, a))
                 host = _pandas_values(name, a)
             elif kind == "torch":
                 host = a.detach().numpy()
@@ -190,6 +190,8 @@ def prepare_inputs(arrays, names, want):
             shape, dtype = _host(batch, name, host, want)
         shapes[name] = tuple(shape)
         dtypes[name] = dtype
+    for name, frame in frames:
+        _same_labels(name, frame, batch.pandas)
     if len(set(shapes.values())) > 1:
         raise InputError("inputs of one run must have one shape (rows = time, columns = instruments): "
                          + ", ".join(f"'{n}' {s[0]} x {s[1]}" for n, s in shapes.items()))
@@ -217,7 +219,7 @@ def prepare_inputs(arrays, names, want):
     return batch
 
 
-def _same_labels(name, frame, first, names):
+def _same_labels(name, frame, first):
     if frame is first:
         return
     if frame.ndim == 2 and first.ndim == 2 and not frame.columns.equals(first.columns):

@@ -58,6 +58,8 @@ def test_misaligned_frames_are_refused(program):
         program.run(A=dfs["A"], B=dfs["B"].iloc[::-1])
     with pytest.raises(fj.InputError, match="columns"):
         program.run(A=dfs["A"], B=dfs["B"][dfs["B"].columns[::-1]])
+    with pytest.raises(fj.InputError, match="input 'A': its index"):  # a Series before the DataFrame
+        program.run(A=dfs["A"]["S001"].iloc[::-1], B=dfs["B"]["S001"].to_frame())
     mixed = dfs["A"].copy()
     mixed["S000"] = mixed["S000"].astype(np.float32)
     with pytest.raises(TypeError, match="mix dtypes"):
