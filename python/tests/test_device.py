@@ -1,5 +1,6 @@
 """CuPy arrays and PyTorch CUDA tensors in and out (GPU machine): outputs of the same library, device and
-dtype, equal to the NumPy path, ordered after the caller's stream. Skips, saying why, without CuPy or
+dtype, equal to the NumPy path (within the accuracy contract: host panels may run through the CUDA backend's
+chunk pipeline, whose tiling of time changes the last bits), ordered after the caller's stream. Skips, saying why, without CuPy or
 PyTorch, without a GPU, or in a build without the CUDA backend."""
 
 import numpy as np
@@ -61,7 +62,7 @@ def test_cupy_in_and_out(cuda_program, cpu_program, dtype):
     for k in FORMULAS:
         assert isinstance(out[k], cupy.ndarray) and out[k].dtype == dtype and out[k].device.id == dev["A"].device.id
         got = cupy.asnumpy(out[k])
-        assert np.array_equal(got, staged[k], equal_nan=True), f"{k}: device-resident != NumPy path"
+        assert_contract(got, staged[k].astype(np.float64), dtype, f"{k}: device-resident against the NumPy path")
         if cpu is not None:
             assert_contract(got, cpu[k].astype(np.float64), dtype, k)
 
@@ -76,7 +77,7 @@ def test_cupy_layouts(cuda_program):
                        ("column step", cupy.repeat(wide["A"][:, 50:350], 2, axis=1)[:, ::2], wide["B"][:, 50:350])):
         out = cuda_program.run(A=a, B=b)
         for k in FORMULAS:
-            assert np.array_equal(cupy.asnumpy(out[k]), ref[k], equal_nan=True), f"{what}: {k}"
+            assert_contract(cupy.asnumpy(out[k]), ref[k].astype(np.float64), np.float32, f"{what}: {k}")
 
 
 def test_cupy_on_the_callers_stream(cuda_program):
@@ -93,7 +94,7 @@ def test_cupy_on_the_callers_stream(cuda_program):
             a = a * 0.5
         out = cuda_program.run(A=a, B=b)
         for k in FORMULAS:
-            assert np.array_equal(cupy.asnumpy(out[k]), ref[k], equal_nan=True), k
+            assert_contract(cupy.asnumpy(out[k]), ref[k].astype(np.float64), np.float32, k)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -108,7 +109,7 @@ def test_torch_in_and_out(cuda_program, dtype):
         t = out[k]
         assert isinstance(t, torch.Tensor) and t.is_cuda and t.device == dev["A"].device
         assert t.dtype == getattr(torch, dtype)
-        assert np.array_equal(t.cpu().numpy(), staged[k], equal_nan=True), k
+        assert_contract(t.cpu().numpy(), staged[k].astype(np.float64), np.dtype(dtype), k)
 
 
 def test_torch_on_the_callers_stream_and_transposed_input(cuda_program):
@@ -124,7 +125,7 @@ def test_torch_on_the_callers_stream_and_transposed_input(cuda_program):
             a = a * 0.5
         out = cuda_program.run(A=a, B=b)
         for k in FORMULAS:
-            assert np.array_equal(out[k].cpu().numpy(), ref[k], equal_nan=True), k
+            assert_contract(out[k].cpu().numpy(), ref[k].astype(np.float64), np.float32, k)
 
 
 def test_device_errors(cuda_program, cpu_program):
