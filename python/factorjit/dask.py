@@ -62,8 +62,9 @@ def _pick(result, name):
     return result[name]
 
 
-def run(program, threads=1, **arrays):
-    """Runs `program` over Dask arrays: returns ``{output name: lazy dask array}``.
+def run(program, inputs=None, /, threads=1, **arrays):
+    """Runs `program` over Dask arrays: returns ``{output name: lazy dask array}``. Inputs are keywords, or
+    a mapping after the program (for names that are not identifiers, or an input called `threads`).
 
     Every input is 2-D (rows = time, columns = instruments), all of one shape; they are rechunked to whole
     rows (columns in one chunk) and to the first input's row chunks. NumPy and CuPy blocks both work.
@@ -71,6 +72,8 @@ def run(program, threads=1, **arrays):
     """
     if not isinstance(program, Program):
         raise TypeError(f"fj.dask.run takes a factorjit Program first, got {type(program).__qualname__}")
+    if inputs is not None:
+        arrays = {**inputs, **arrays}
     names = program.inputs
     missing = [n for n in names if n not in arrays]
     if missing:

@@ -66,6 +66,13 @@ def test_threaded_scheduler_and_one_task_per_block(program):
         assert_contract(got[k], single[k], np.float64, k)
 
 
+def test_inputs_as_a_mapping():
+    p = fj.compile({"s": "ts_sum(threads, 3)"}, backend="cpu")
+    x = np.arange(40.0).reshape(20, 2)
+    got = fj.dask.run(p, {"threads": da.from_array(x, chunks=(6, 2))})["s"].compute(scheduler="sync")
+    assert np.allclose(got[2:], x[:-2] + x[1:-1] + x[2:]) and np.isnan(got[:2]).all()
+
+
 def test_errors(program):
     A = da.zeros((10, 4), chunks=5)
     with pytest.raises(KeyError, match="missing input 'B'"):
