@@ -11,6 +11,8 @@
 // agree before any data is read); a temporary file per output (a bad --out fails before the work);
 // compile; read; run K times; write every temporary file, then rename them all. A failure before the
 // renames leaves --out as it was.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -38,7 +40,7 @@ using namespace fj::cli;
 namespace fs = std::filesystem;
 
 const char* const kUsage = R"USAGE(usage: factorjit alpha101 --data DIR [--out DIR] [--backend auto|cpu|cuda] [--repeat K]
-                         [--threads N] [--round-windows]
+                         [--threads N] [--round-windows] [--explain FILE]
 
 Computes the 101 Formulaic Alphas (Kakushadze 2016; docs/alpha101.md) on the panels in DIR, compiled
 together as one program, and prints the compile time and the time of each run.
@@ -53,6 +55,9 @@ together as one program, and prints the compile time and the time of each run.
   --repeat K         run the program K times (default 1), each timed
   --threads N        CPU worker threads (default 0: FJ_THREADS or all cores)
   --round-windows    round the paper's fractional windows (9.91 -> 10) instead of flooring them
+  --explain FILE     write the program's explanation there after the runs: its steps, kernels, where
+                     each kernel came from (compiled, with its parts' times, or the disk cache), each
+                     step's time in the last run, and the memory its panels took at once
   -h, --help         print this help
 
 Alphas that use an operator this build does not support yet, or a panel DIR does not have, are left
@@ -62,7 +67,7 @@ dtypes, a failed run); outputs are renamed into place only when everything succe
 )USAGE";
 
 struct Args {
-    std::string data, out;
+    std::string data, out, explain;
     int repeat = 1;
     fj::CompileOptions compile;
     fj::ParseOptions parse;
@@ -91,6 +96,9 @@ Args parse_args(const std::vector<std::string>& argv) {
                 throw UsageError("--repeat needs a whole number >= 1, not '" + v + "'", "alpha101");
         } else if (c.is("--threads")) {
             a.compile.threads = parse_threads(c.value("a number of threads"), "alpha101");
+        } else if (c.is("--explain")) {
+            a.explain = c.value("a file for the explanation");
+            if (a.explain.empty()) throw UsageError("--explain needs a file, not an empty string", "alpha101");
         } else if (c.is("--round-windows")) {
             c.no_value();
             a.parse.round_windows = true;
@@ -115,6 +123,15 @@ std::string parse_reason(const fj::ParseError& e) {
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The process's CPU time (all threads, user and system): printed next to each wall time, since the machines
+// these runs are timed on are often shared.
+double process_cpu_ms() {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    auto ms = [](const timeval& t) { return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_usec) * 1e-3; };
+    return ms(u.ru_utime) + ms(u.ru_stime);
 }
 
 struct Candidate {
@@ -296,9 +313,10 @@ int cmd_alpha101(const std::vector<std::string>& argv) {
 
     // Compile.
     const auto t_compile0 = clock::now();
+    const double cpu_compile0 = process_cpu_ms();
     const std::size_t left_before = left_out.size();
     const std::optional<fj::Program> compiled = compile_all(cands, left_out, a.compile, *ref);
-    const double t_compile = ms_since(t_compile0);
+    const double t_compile = ms_since(t_compile0), cpu_compile = process_cpu_ms() - cpu_compile0;
     if (left_out.size() != left_before)
         std::sort(left_out.begin(), left_out.end(), [](const LeftOut& x, const LeftOut& y) { return x.name < y.name; });
     for (const LeftOut& l : left_out) pending.erase(l.name);
@@ -308,8 +326,8 @@ int cmd_alpha101(const std::vector<std::string>& argv) {
     const fj::Program& program = *compiled;
     std::string names;
     for (const Candidate& c : cands) names += " " + c.name;
-    std::printf("compiled %zu alpha%s as one program (backend %s) in %.1f ms:%s\n", cands.size(),
-                cands.size() == 1 ? "" : "s", backend_name(program.backend()), t_compile, names.c_str());
+    std::printf("compiled %zu alpha%s as one program (backend %s) in %.1f ms, CPU time %.1f ms:%s\n", cands.size(),
+                cands.size() == 1 ? "" : "s", backend_name(program.backend()), t_compile, cpu_compile, names.c_str());
     std::fflush(stdout);
 
     // Read the panels the program reads.
@@ -341,9 +359,19 @@ int cmd_alpha101(const std::vector<std::string>& argv) {
     const bool empty = ref->rows() == 0 || ref->cols() == 0;
     for (int k = 0; k < a.repeat; ++k) {
         const auto t0 = clock::now();
+        const double cpu0 = process_cpu_ms();
         if (!empty) program.run(in_panels, out_panels);
-        std::printf("run %d of %d: %.3f ms\n", k + 1, a.repeat, ms_since(t0));
+        const double wall = ms_since(t0);
+        std::printf("run %d of %d: %.3f ms (CPU time %.3f ms)\n", k + 1, a.repeat, wall, process_cpu_ms() - cpu0);
         std::fflush(stdout);
+    }
+
+    if (!a.explain.empty()) {
+        const std::string text = program.explain();
+        std::FILE* f = std::fopen(a.explain.c_str(), "w");
+        bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+        if (f && std::fclose(f) != 0) ok = false;
+        if (!ok) throw fj::InputError(fmt::format("--explain '{}': cannot write the file", a.explain));
     }
 
     // Write everything, then rename everything.

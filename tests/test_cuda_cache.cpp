@@ -16,7 +16,7 @@
 #include "dsl/error.hpp"
 #include "runtime/cuda/cuda_api.hpp"
 #include "runtime/cuda/compile.hpp"
-#include "runtime/cuda/kernel_cache.hpp"
+#include "runtime/kernel_cache.hpp"
 
 namespace {
 
@@ -43,9 +43,9 @@ void write_all(const std::string& path, const std::vector<char>& bytes) {
 // A compile function that counts its calls and returns a recognisable entry.
 struct FakeCompiler {
     std::atomic<int> calls{0};
-    cu::CacheEntry operator()(const std::string& tag) {
+    fj::rt::CacheEntry operator()(const std::string& tag) {
         ++calls;
-        cu::CacheEntry e;
+        fj::rt::CacheEntry e;
         e.function = "fj_" + tag;
         e.cubin = true;
         e.image.assign(1000, 'x');
@@ -59,31 +59,31 @@ struct FakeCompiler {
 TEST_SUITE("cuda_cache") {
 
 TEST_CASE("file format round trip, and every kind of damage is refused") {
-    cu::CacheEntry e;
+    fj::rt::CacheEntry e;
     e.function = "fj_kernel";
     e.cubin = false;
     e.smem_per_thread = 328;
     e.image = {'P', 'T', 'X', '\0'};
-    const std::vector<char> bytes = cu::KernelCache::serialize("the key", e);
-    auto back = cu::KernelCache::deserialize("the key", bytes);
+    const std::vector<char> bytes = fj::rt::KernelCache::serialize("the key", e);
+    auto back = fj::rt::KernelCache::deserialize("the key", bytes);
     REQUIRE(back);
     CHECK(back->function == "fj_kernel");
     CHECK(!back->cubin);
     CHECK(back->smem_per_thread == 328);
     CHECK(back->image == e.image);
 
-    CHECK(!cu::KernelCache::deserialize("another key", bytes));    // foreign
-    CHECK(!cu::KernelCache::deserialize("the kez", bytes));        // same length, other key
+    CHECK(!fj::rt::KernelCache::deserialize("another key", bytes));    // foreign
+    CHECK(!fj::rt::KernelCache::deserialize("the kez", bytes));        // same length, other key
     for (std::size_t cut : {std::size_t{0}, std::size_t{7}, std::size_t{31}, bytes.size() - 1})
-        CHECK(!cu::KernelCache::deserialize("the key", std::vector<char>(bytes.begin(), bytes.begin() + cut)));
+        CHECK(!fj::rt::KernelCache::deserialize("the key", std::vector<char>(bytes.begin(), bytes.begin() + cut)));
     std::vector<char> longer = bytes;
     longer.push_back(0);
-    CHECK(!cu::KernelCache::deserialize("the key", longer));  // trailing garbage
+    CHECK(!fj::rt::KernelCache::deserialize("the key", longer));  // trailing garbage
     for (std::size_t i = 0; i < bytes.size(); ++i) {  // any single flipped byte
         std::vector<char> b = bytes;
         b[i] ^= 0x20;
         CAPTURE(i);
-        CHECK(!cu::KernelCache::deserialize("the key", b));
+        CHECK(!fj::rt::KernelCache::deserialize("the key", b));
     }
 }
 
@@ -91,21 +91,21 @@ TEST_CASE("memory, then disk, then compile; a new process (a new cache object) r
     const std::string dir = fresh_dir("basic");
     FakeCompiler fc;
     {
-        cu::KernelCache c(dir);
+        fj::rt::KernelCache c(dir);
         auto r1 = c.get("k1", [&] { return fc("one"); });
-        CHECK(r1.source == cu::CacheSource::Compiled);
+        CHECK(r1.source == fj::rt::CacheSource::Compiled);
         auto r2 = c.get("k1", [&] { return fc("one"); });
-        CHECK(r2.source == cu::CacheSource::Memory);
+        CHECK(r2.source == fj::rt::CacheSource::Memory);
         CHECK(r2.entry == r1.entry);
         CHECK(fc.calls == 1);
         CHECK(fs::exists(c.path_for("k1")));
-        const cu::CacheStats s = c.stats();
+        const fj::rt::CacheStats s = c.stats();
         CHECK(s.misses == 1);
         CHECK(s.memory_hits == 1);
     }
-    cu::KernelCache c2(dir);
+    fj::rt::KernelCache c2(dir);
     auto r3 = c2.get("k1", [&] { return fc("one"); });
-    CHECK(r3.source == cu::CacheSource::Disk);
+    CHECK(r3.source == fj::rt::CacheSource::Disk);
     CHECK(r3.entry->function == "fj_one");
     CHECK(fc.calls == 1);
     CHECK(c2.stats().disk_hits == 1);
@@ -123,7 +123,7 @@ TEST_CASE("a damaged or foreign disk entry is recompiled, counted as a miss, and
     FakeCompiler fc;
     std::string path;
     {
-        cu::KernelCache c(dir);
+        fj::rt::KernelCache c(dir);
         c.get("key A", [&] { return fc("A"); });
         path = c.path_for("key A");
     }
@@ -153,10 +153,10 @@ TEST_CASE("a damaged or foreign disk entry is recompiled, counted as a miss, and
         damages.push_back({"bad magic", b});
     }
     {
-        cu::CacheEntry other;
+        fj::rt::CacheEntry other;
         other.function = "fj_other";
         other.image.assign(1000, 'o');
-        damages.push_back({"a valid entry of another key", cu::KernelCache::serialize("key B", other)});
+        damages.push_back({"a valid entry of another key", fj::rt::KernelCache::serialize("key B", other)});
     }
     damages.push_back({"text garbage", std::vector<char>(300, 'g')});
 
@@ -164,24 +164,24 @@ TEST_CASE("a damaged or foreign disk entry is recompiled, counted as a miss, and
         CAPTURE(d.what);
         write_all(path, d.bytes);
         const int before = fc.calls;
-        cu::KernelCache c(dir);
+        fj::rt::KernelCache c(dir);
         auto r = c.get("key A", [&] { return fc("A"); });
-        CHECK(r.source == cu::CacheSource::Compiled);
+        CHECK(r.source == fj::rt::CacheSource::Compiled);
         CHECK(r.entry->function == "fj_A");
         CHECK(fc.calls == before + 1);
-        const cu::CacheStats s = c.stats();
+        const fj::rt::CacheStats s = c.stats();
         CHECK(s.rejected == 1);
         CHECK(s.misses == 1);
         CHECK(s.disk_hits == 0);
         // The file was replaced by a good one: the next process hits it.
         CHECK(read_all(path) == good);
-        cu::KernelCache c2(dir);
-        CHECK(c2.get("key A", [&] { return fc("A"); }).source == cu::CacheSource::Disk);
+        fj::rt::KernelCache c2(dir);
+        CHECK(c2.get("key A", [&] { return fc("A"); }).source == fj::rt::CacheSource::Disk);
     }
 }
 
 TEST_CASE("concurrent requests for one key compile once") {
-    cu::KernelCache c(fresh_dir("concurrent"));
+    fj::rt::KernelCache c(fresh_dir("concurrent"));
     FakeCompiler fc;
     std::vector<std::thread> ts;
     std::atomic<int> compiled{0}, other{0};
@@ -191,7 +191,7 @@ TEST_CASE("concurrent requests for one key compile once") {
                 std::this_thread::sleep_for(std::chrono::milliseconds(50));
                 return fc("s");
             });
-            (r.source == cu::CacheSource::Compiled ? compiled : other)++;
+            (r.source == fj::rt::CacheSource::Compiled ? compiled : other)++;
         });
     for (auto& t : ts) t.join();
     CHECK(fc.calls == 1);
@@ -200,35 +200,35 @@ TEST_CASE("concurrent requests for one key compile once") {
 }
 
 TEST_CASE("a failed compilation is not cached: the next request tries again") {
-    cu::KernelCache c(fresh_dir("failure"));
+    fj::rt::KernelCache c(fresh_dir("failure"));
     FakeCompiler fc;
-    CHECK_THROWS_AS(c.get("k", []() -> cu::CacheEntry { throw fj::BackendError("nvrtc said no"); }), fj::BackendError);
+    CHECK_THROWS_AS(c.get("k", []() -> fj::rt::CacheEntry { throw fj::BackendError("nvrtc said no"); }), fj::BackendError);
     auto r = c.get("k", [&] { return fc("k"); });
-    CHECK(r.source == cu::CacheSource::Compiled);
+    CHECK(r.source == fj::rt::CacheSource::Compiled);
     CHECK(fc.calls == 1);
 }
 
 TEST_CASE("an unwritable cache directory is not an error") {
-    cu::KernelCache c("/proc/factorjit-cannot-write-here");
+    fj::rt::KernelCache c("/proc/factorjit-cannot-write-here");
     FakeCompiler fc;
     auto r = c.get("k", [&] { return fc("k"); });
-    CHECK(r.source == cu::CacheSource::Compiled);
+    CHECK(r.source == fj::rt::CacheSource::Compiled);
     CHECK(c.stats().write_failures == 1);
-    CHECK(c.get("k", [&] { return fc("k"); }).source == cu::CacheSource::Memory);
+    CHECK(c.get("k", [&] { return fc("k"); }).source == fj::rt::CacheSource::Memory);
 }
 
 TEST_CASE("FJ_CACHE_DIR and XDG_CACHE_HOME choose the directory") {
     const char* old = std::getenv("FJ_CACHE_DIR");
     const std::string saved = old ? old : "";
     ::setenv("FJ_CACHE_DIR", "/tmp/fj-cache-test", 1);
-    CHECK(cu::default_cache_dir() == "/tmp/fj-cache-test");
+    CHECK(fj::rt::default_cache_dir() == "/tmp/fj-cache-test");
     ::setenv("FJ_CACHE_DIR", "off", 1);
-    CHECK(cu::default_cache_dir().empty());
+    CHECK(fj::rt::default_cache_dir().empty());
     ::unsetenv("FJ_CACHE_DIR");
     const char* xdg = std::getenv("XDG_CACHE_HOME");
     const std::string saved_xdg = xdg ? xdg : "";
     ::setenv("XDG_CACHE_HOME", "/tmp/xdg", 1);
-    CHECK(cu::default_cache_dir() == "/tmp/xdg/factorjit");
+    CHECK(fj::rt::default_cache_dir() == "/tmp/xdg/factorjit");
     if (xdg) ::setenv("XDG_CACHE_HOME", saved_xdg.c_str(), 1);
     else ::unsetenv("XDG_CACHE_HOME");
     if (old) ::setenv("FJ_CACHE_DIR", saved.c_str(), 1);
@@ -253,29 +253,29 @@ TEST_CASE("a real NVRTC kernel through the disk cache, corrupted and recompiled"
     };
     std::vector<char> image;
     {
-        cu::KernelCache c(dir);
+        fj::rt::KernelCache c(dir);
         auto r = c.get(key, compile);
-        REQUIRE(r.source == cu::CacheSource::Compiled);
+        REQUIRE(r.source == fj::rt::CacheSource::Compiled);
         image = r.entry->image;
         CHECK(std::string(image.data(), 4) == "\x7f" "ELF");
     }
     {
-        cu::KernelCache c(dir);
+        fj::rt::KernelCache c(dir);
         auto r = c.get(key, compile);
-        CHECK(r.source == cu::CacheSource::Disk);
+        CHECK(r.source == fj::rt::CacheSource::Disk);
         CHECK(r.entry->image == image);
         CHECK(r.entry->function == fj::codegen::cuda_kernel_name(k));
     }
     // Flip a byte in the middle of the cubin.
-    cu::KernelCache probe(dir);
+    fj::rt::KernelCache probe(dir);
     const std::string path = probe.path_for(key);
     std::vector<char> bytes = read_all(path);
     bytes[bytes.size() - image.size() / 2] ^= 0x55;
     write_all(path, bytes);
     {
-        cu::KernelCache c(dir);
+        fj::rt::KernelCache c(dir);
         auto r = c.get(key, compile);
-        CHECK(r.source == cu::CacheSource::Compiled);
+        CHECK(r.source == fj::rt::CacheSource::Compiled);
         CHECK(c.stats().rejected == 1);
         CHECK(c.stats().misses == 1);
         CHECK(r.entry->image == image);  // NVRTC is deterministic

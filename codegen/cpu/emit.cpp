@@ -23,6 +23,11 @@ namespace fj::cpu {
 
 using ir::Prim;
 
+std::string emit_settings_text() {
+    const char* unroll = std::getenv("FJ_CPU_UNROLL");
+    return fmt::format("unroll={} row_guards={}", unroll ? unroll : "", std::getenv("FJ_CPU_ROW_GUARDS") ? 1 : 0);
+}
+
 std::int64_t scratch_doubles(const ir::Kernel& kernel, int lanes, std::int64_t columns) {
     std::int64_t per_group = static_cast<std::int64_t>(kernel.states.size());
     for (const ir::Ring& r : kernel.rings) per_group += r.size;
@@ -77,7 +82,7 @@ public:
     }
 
     std::unique_ptr<llvm::Module> run() {
-        if (!k_.refolds.empty()) emit_refolding_rows();
+        emit_masked_rows();
         auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr_}, false);
         fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, k_.name, mod_.get());
         vector_attributes(fn_);
@@ -101,24 +106,27 @@ private:
         f->addFnAttr("prefer-vector-width", std::to_string(W_ * 64));
     }
 
-    // The rows of one lane group run again with their refolds (group_rows()): a function of its own, called
-    // from the cold branch, so that the kernel's loop holds one call instead of a copy of its rows with a lag
-    // loop per refold (corr w=20, one thread, 20,000 x 1,000: 49-52 ms against 49-61 ms with the copy inline;
-    // bench/RESULTS.md). refolding_rows(args, group, first row, end row).
-    void emit_refolding_rows() {
+    // masked_rows(args, group, first row, end row): rows of one lane group one at a time, masked (lanes past the
+    // last column, rows before the panel, warm-up rows that write nothing), refolding where a guard fires. A
+    // function of its own, called where the kernel's loop needs it: for the warm-up rows, the last partial lane
+    // group, the rows past the last whole visit, and a visit whose guards fired (group_rows()). So the kernel's
+    // body is emitted twice, once here and once for the unrolled visits of whole lane groups, instead of once per
+    // path (unrolled and masked, unrolled and not, single rows, refolding: 16 copies), which made LLVM's machine
+    // code most of a kernel's compile time (bench/RESULTS.md, "A1 on the CPU"). A refold inside the unrolled
+    // rows instead of a call would cost corr w=20 15 % (a branch per row keeps LLVM from forwarding states).
+    void emit_masked_rows() {
         auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr_, i64_, i64_, i64_}, false);
-        fn_ = llvm::Function::Create(fty, llvm::Function::InternalLinkage, k_.name + ".refolding_rows", mod_.get());
+        fn_ = llvm::Function::Create(fty, llvm::Function::InternalLinkage, k_.name + ".masked_rows", mod_.get());
         vector_attributes(fn_);
         fn_->addFnAttr(llvm::Attribute::NoInline);
-        fn_->addFnAttr(llvm::Attribute::Cold);
-        refolding_rows_ = fn_;
+        masked_rows_ = fn_;
         b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
         load_args();
         llvm::Value* g = fn_->getArg(1);
         group_base_ = b_.CreateInBoundsGEP(f64_, scratch_, b_.CreateMul(g, i64c(per_group_)));
         col_ = b_.CreateAdd(col_begin_, b_.CreateMul(g, i64c(W_)));
         lane_mask_ = b_.CreateICmpSLT(iota(), b_.CreateVectorSplat(W_, b_.CreateSub(col_end_, col_)));
-        Loop t = begin_loop(fn_->getArg(2), fn_->getArg(3), "refolding.row");
+        Loop t = begin_loop(fn_->getArg(2), fn_->getArg(3), "masked.row");
         Row row;
         row.t = t.iv;
         row.t_f64 = b_.CreateVectorSplat(W_, b_.CreateSIToFP(row.t, f64_));
@@ -230,22 +238,38 @@ private:
         end_loop(g);
     }
 
-    // Rows are processed `unroll` at a time per visit of a lane group: the states stay in registers
-    // across those rows (alias scopes let LLVM forward them), so the scratch traffic per row shrinks by
-    // that factor. The remaining rows (fewer than `unroll`) take a second loop one row at a time.
+    // Rows whose inputs all lie inside the panel and that write their outputs are processed `unroll` at a time per
+    // visit of a whole lane group, without masks: the states stay in registers across those rows (alias scopes let
+    // LLVM forward them), so the scratch traffic per row shrinks by that factor; plain loads (folded into the
+    // conversions) and stores, no mask registers kept per input and lag (the kernels run short of registers).
+    // Everything else calls masked_rows: the warm-up rows (and rows that read before the panel), group by group
+    // first; the last, partial, lane group of each visit; the rows after the last whole visit.
     void row_loop() {
-        llvm::Value* n = b_.CreateSub(row_end_, row_begin_);
-        llvm::Value* main_end = b_.CreateAdd(row_begin_, b_.CreateMul(b_.CreateSDiv(n, i64c(unroll_)), i64c(unroll_)));
-        std::vector<llvm::Value*> pos = rows(row_begin_, main_end, unroll_, init_positions());
-        rows(main_end, row_end_, 1, pos);
+        llvm::Value* clean = b_.CreateSelect(b_.CreateICmpSGT(out_begin_, i64c(k_.max_input_lag)), out_begin_, i64c(k_.max_input_lag));
+        clean = b_.CreateSelect(b_.CreateICmpSLT(clean, row_begin_), row_begin_, clean);
+        clean = b_.CreateSelect(b_.CreateICmpSGT(clean, row_end_), row_end_, clean);
+        masked_groups(i64c(0), row_begin_, clean);
+        llvm::Value* n = b_.CreateSub(row_end_, clean);
+        llvm::Value* main_end = b_.CreateAdd(clean, b_.CreateMul(b_.CreateSDiv(n, i64c(unroll_)), i64c(unroll_)));
+        std::vector<llvm::Value*> pos;
+        for (std::size_t r = 0; r < k_.rings.size(); ++r)
+            pos.push_back(b_.CreateURem(b_.CreateSub(clean, row_begin_), i64c(k_.rings[r].size)));
+        rows(clean, main_end, unroll_, pos);
+        masked_groups(i64c(0), main_end, row_end_);
     }
 
-    std::vector<llvm::Value*> init_positions() { return std::vector<llvm::Value*>(k_.rings.size(), i64c(0)); }
+    // masked_rows(group, from, to) for the groups from `first` on.
+    void masked_groups(llvm::Value* first, llvm::Value* from, llvm::Value* to) {
+        Loop g = begin_loop(first, ngroups_, "masked.group");
+        b_.CreateCall(masked_rows_, {args_, g.iv, from, to});
+        end_loop(g);
+    }
 
-    // Runs rows [begin, end) in steps of `step` rows; returns the ring positions after the last row.
-    std::vector<llvm::Value*> rows(llvm::Value* begin, llvm::Value* end, int step, std::vector<llvm::Value*> start) {
+    // Runs rows [begin, end) in steps of `step` rows, all of them clean (row_loop()); `start`: the ring positions
+    // at `begin`.
+    void rows(llvm::Value* begin, llvm::Value* end, int step, std::vector<llvm::Value*> start) {
         llvm::BasicBlock* pre = b_.GetInsertBlock();
-        Loop t = begin_loop(begin, end, step == 1 ? "row" : "rows");
+        Loop t = begin_loop(begin, end, "rows");
         llvm::BasicBlock* body = b_.GetInsertBlock();
         // Ring positions, (t - row_begin) mod size, carried from step to step.
         b_.SetInsertPoint(t.header, t.header->getFirstInsertionPt());
@@ -264,53 +288,34 @@ private:
             row.u = u;
             row.t = b_.CreateAdd(t.iv, i64c(u));
             row.t_f64 = b_.CreateVectorSplat(W_, b_.CreateSIToFP(row.t, f64_));
-            row.write = b_.CreateVectorSplat(W_, b_.CreateICmpSGE(row.t, out_begin_));
+            row.write = b_.CreateVectorSplat(W_, b_.getTrue());
             for (std::size_t r = 0; r < k_.rings.size(); ++r)
                 row.pos.push_back(u == 0 ? pos[r] : b_.CreateURem(b_.CreateAdd(pos[r], i64c(u)), i64c(k_.rings[r].size)));
             rs.push_back(row);
         }
-        // Rows past the warm-up whose inputs all lie inside the panel (almost all of them) take whole lane groups
-        // without masks: plain loads (folded into the conversions) and stores, no mask registers kept per input
-        // and lag (the kernels run short of registers). The last, partial, group and the other rows take masks.
-        auto group_loop = [&](llvm::Value* from, llvm::Value* to, bool unmasked) {
-            Loop g = begin_loop(from, to, unmasked ? "group.unmasked" : "group");
+        llvm::Value* full = b_.CreateSDiv(b_.CreateSub(col_end_, col_begin_), i64c(W_));  // whole groups
+        {
+            Loop g = begin_loop(i64c(0), full, "group.unmasked");
             group_ = g.iv;
             group_base_ = b_.CreateInBoundsGEP(f64_, scratch_, b_.CreateMul(g.iv, i64c(per_group_)));
             col_ = b_.CreateAdd(col_begin_, b_.CreateMul(g.iv, i64c(W_)));
-            // Lanes past col_end are masked off: loads give NaN, stores are skipped.
-            lane_mask_ = unmasked ? llvm::ConstantVector::getSplat(llvm::ElementCount::getFixed(static_cast<unsigned>(W_)), b_.getTrue())
-                                  : b_.CreateICmpSLT(iota(), b_.CreateVectorSplat(W_, b_.CreateSub(col_end_, col_)));
-            unmasked_ = unmasked;
+            lane_mask_ = llvm::ConstantVector::getSplat(llvm::ElementCount::getFixed(static_cast<unsigned>(W_)), b_.getTrue());
+            unmasked_ = true;
             group_rows(rs);
             unmasked_ = false;
             end_loop(g);
-        };
-        llvm::Value* clean = b_.CreateAnd(b_.CreateICmpSGE(t.iv, i64c(k_.max_input_lag)), b_.CreateICmpSGE(t.iv, out_begin_));
-        llvm::Value* full = b_.CreateSDiv(b_.CreateSub(col_end_, col_begin_), i64c(W_));  // whole groups
-        auto* fast = llvm::BasicBlock::Create(ctx_, "rows.unmasked", fn_);
-        auto* slow = llvm::BasicBlock::Create(ctx_, "rows.masked", fn_);
-        auto* joined = llvm::BasicBlock::Create(ctx_, "rows.groups.done", fn_);
-        b_.CreateCondBr(clean, fast, slow);
-        b_.SetInsertPoint(fast);
-        group_loop(i64c(0), full, true);
-        group_loop(full, ngroups_, false);
-        b_.CreateBr(joined);
-        b_.SetInsertPoint(slow);
-        group_loop(i64c(0), ngroups_, false);
-        b_.CreateBr(joined);
-        b_.SetInsertPoint(joined);
+        }
+        masked_groups(full, t.iv, b_.CreateAdd(t.iv, i64c(step)));
         for (std::size_t r = 0; r < k_.rings.size(); ++r)
             phis[r]->addIncoming(b_.CreateURem(b_.CreateAdd(pos[r], i64c(step)), i64c(k_.rings[r].size)),
                                  b_.GetInsertBlock());
         end_loop(t, step);
-        // After the loop the positions are those of its header (the values at exit).
-        return std::vector<llvm::Value*>(phis.begin(), phis.end());
     }
 
     // One visit of a lane group: its rows, first as if no refold ran, collecting the lanes whose guards fire
     // (tested once a visit where they can be: "the first run's guard tests" below); where none did (almost
     // always), the states those rows computed are stored; where one did, the rows run again from the states as
-    // they were, refolding where needed (emit_refolding_rows()). States are values
+    // they were, refolding where needed (emit_masked_rows()). States are values
     // while the rows run and stored once at the end, so the rows that run again start from what is still in
     // scratch; they rewrite the outputs and ring entries the first run wrote. A refold inside the first run
     // instead (a branch per row) kept LLVM from forwarding states across the rows: corr w=20 took 15 % longer.
@@ -341,7 +346,7 @@ private:
         store_pushes(rs);
         b_.CreateBr(next);
         b_.SetInsertPoint(again);
-        b_.CreateCall(refolding_rows_, {args_, group_, rs.front().t, b_.CreateAdd(rs.back().t, i64c(1))});
+        b_.CreateCall(masked_rows_, {args_, group_, rs.front().t, b_.CreateAdd(rs.back().t, i64c(1))});
         b_.CreateBr(next);
         b_.SetInsertPoint(next);
     }
@@ -799,7 +804,7 @@ private:
     // and each bound's smallest limit so far.
     std::vector<std::vector<llvm::Value*>> uppers_, limits_;
     bool defer_pushes_ = false;    // the first run: pushes kept in pushed_[ring][row] until the visit's end
-    llvm::Function* refolding_rows_ = nullptr;
+    llvm::Function* masked_rows_ = nullptr;
     llvm::Value* group_ = nullptr;  // the lane group loop's index
     std::vector<std::vector<llvm::Value*>> pushed_;
     llvm::MDNode *scratch_md_ = nullptr, *panel_md_ = nullptr;

@@ -12,7 +12,7 @@
 #include "codegen/cuda/settings.hpp"
 #include "codegen/kernel_ir.hpp"
 #include "dsl/dtype.hpp"
-#include "runtime/cuda/kernel_cache.hpp"
+#include "runtime/kernel_cache.hpp"
 
 namespace fj::rt::cuda {
 

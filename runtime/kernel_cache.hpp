@@ -1,21 +1,27 @@
-// The CUDA kernel cache: compiled images (cubin or PTX) by key, in memory and on disk.
+// The kernel cache of both backends: compiled images by key, in memory and on disk. CUDA keeps cubins or
+// PTX (runtime/cuda/compile.cpp), the CPU backend relocatable object files that its JIT links
+// (runtime/cpu/compile.cpp; `function` is the kernel's symbol, `cubin` is 1 and smem_per_thread 0).
 //
 // The key is a string built by the backend from everything that changes the compiled code: the kernel
-// IR's structural hash, the dtype, the codegen version, the arch, the NVRTC version and the options. It
-// is known before any source is generated, so a hit costs no code generation at all.
+// IR's structural hash, the dtype, the codegen version, the target (arch, or CPU and its features), the
+// compiler's version and the options. It starts "fj-<backend>" ("fj-cuda ...", "fj-cuda-rows ...",
+// "fj-cpu ..."), which names the file's prefix. It is known before any source or IR is generated, so a hit
+// costs no code generation at all.
 //
 // Memory: a map from key to a shared future, so that two threads asking for the same kernel (two
 // steps of one program compiling in parallel, or two programs) compile it once; the second waits.
 //
 // Disk ($FJ_CACHE_DIR, else $XDG_CACHE_HOME/factorjit, else ~/.cache/factorjit; FJ_CACHE_DIR=off turns
-// the disk cache off): one file per key, named by a 64-bit FNV-1a hash of the key:
+// the disk cache off): one file per key, <backend>-<16 hex digits>.fjk, the backend's word of the key ("cuda",
+// "cpu"; "kernel" for a key of another form) and a 64-bit FNV-1a hash of the key:
 //     offset 0   8 bytes  magic "FJKCACHE"
-//            8   u32      format version (1)
+//            8   u32      format version (2)
 //           12   u32      key length K
 //           16   u64      payload length P
 //           24   u64      FNV-1a 64 of the key bytes followed by the payload bytes
 //           32   K bytes  the key itself (a hash collision or a foreign file shows as a different key)
-//       32 + K   P bytes  payload: u32 name length N, N bytes function name, u8 1 = cubin / 0 = PTX, image
+//       32 + K   P bytes  payload: u32 name length N, N bytes function name, u8 1 = cubin (or object) / 0 = PTX,
+//                         i32 shared memory per thread, image
 // and the file is exactly 32 + K + P bytes. A file that fails any check (short, wrong magic or version,
 // other key, bad checksum, wrong length) is never trusted: it counts as rejected and as a miss, the kernel
 // is compiled again and the file replaced. Files are written to a temporary name in the same directory
@@ -33,7 +39,7 @@
 #include <string>
 #include <vector>
 
-namespace fj::rt::cuda {
+namespace fj::rt {
 
 struct CacheEntry {
     std::string function;     // the kernel's symbol in the image
@@ -99,4 +105,4 @@ private:
     CacheStats stats_;
 };
 
-}  // namespace fj::rt::cuda
+}  // namespace fj::rt

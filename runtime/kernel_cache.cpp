@@ -1,4 +1,4 @@
-#include "runtime/cuda/kernel_cache.hpp"
+#include "runtime/kernel_cache.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -13,7 +13,7 @@
 
 #include <fmt/format.h>
 
-namespace fj::rt::cuda {
+namespace fj::rt {
 
 namespace {
 
@@ -91,7 +91,13 @@ KernelCache& KernelCache::global() {
 
 std::string KernelCache::path_for(const std::string& key) const {
     if (dir_.empty()) return "";
-    return fmt::format("{}/cuda-{:016x}.fjk", dir_, fnv1a64(key.data(), key.size()));
+    // The backend's word: "fj-cuda ..." and "fj-cuda-rows ..." -> "cuda", "fj-cpu ..." -> "cpu".
+    std::string kind = "kernel";
+    if (key.rfind("fj-", 0) == 0) {
+        const std::size_t end = key.find_first_of("- ", 3);
+        if (end != std::string::npos && end > 3) kind = key.substr(3, end - 3);
+    }
+    return fmt::format("{}/{}-{:016x}.fjk", dir_, kind, fnv1a64(key.data(), key.size()));
 }
 
 CacheStats KernelCache::stats() const {
@@ -239,4 +245,4 @@ CacheResult KernelCache::get(const std::string& key, const std::function<CacheEn
     }
 }
 
-}  // namespace fj::rt::cuda
+}  // namespace fj::rt
