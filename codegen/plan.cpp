@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "codegen/lower_ops.hpp"
+#include "codegen/step_order.hpp"
 
 namespace fj::codegen {
 
@@ -304,6 +305,7 @@ Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs, DType d
         const Intermediate& t = plan.intermediates[m];
         if (t.output < 0) plan.steps[static_cast<std::size_t>(t.freed_after())].frees.push_back(static_cast<int>(m));
     }
+    order_steps_for_memory(plan);
     return plan;
 }
 
