@@ -261,27 +261,37 @@ std::uint32_t order_key32(float x) {
     return bits >> 31 ? ~bits : bits | (std::uint32_t{1} << 31);
 }
 
+// By the key (the high 32 bits): an LSD radix sort over the key bits that differ at all in the row, in digits
+// of at most 11 bits (2,048 counters), so that prices (100 + N(0,1): 22 bits differ) take two passes and
+// most rows three; a short row a comparison sort.
 void sort_packed(std::vector<std::uint64_t>& a, std::vector<std::uint64_t>& tmp) {
     const std::size_t n = a.size();
     if (n < 256) {
         std::sort(a.begin(), a.end());
         return;
     }
-    std::array<std::array<std::uint32_t, 256>, 4> count{};
+    const std::uint32_t k0 = static_cast<std::uint32_t>(a[0] >> 32);
+    std::uint32_t diff = 0;
+    for (const std::uint64_t e : a) diff |= static_cast<std::uint32_t>(e >> 32) ^ k0;
+    if (diff == 0) return;  // one value
+    const int lo = std::countr_zero(diff), span = 32 - std::countl_zero(diff) - lo;
+    const int passes = (span + 10) / 11, bits = (span + passes - 1) / passes;
+    const std::uint64_t mask = (std::uint64_t{1} << bits) - 1;
+    std::array<std::array<std::uint32_t, 2048>, 3> count;
+    for (int p = 0; p < passes; ++p) count[static_cast<std::size_t>(p)].fill(0);
     for (const std::uint64_t e : a)
-        for (int b = 0; b < 4; ++b) ++count[b][(e >> (32 + 8 * b)) & 0xff];
+        for (int p = 0; p < passes; ++p) ++count[static_cast<std::size_t>(p)][(e >> (32 + lo + p * bits)) & mask];
     tmp.resize(n);
-    for (int b = 0; b < 4; ++b) {
-        std::array<std::uint32_t, 256>& c = count[b];
-        const int shift = 32 + 8 * b;
-        if (c[(a[0] >> shift) & 0xff] == n) continue;  // every key has this byte
+    for (int p = 0; p < passes; ++p) {
+        std::array<std::uint32_t, 2048>& c = count[static_cast<std::size_t>(p)];
+        const int shift = 32 + lo + p * bits;
         std::uint32_t sum = 0;
-        for (std::uint32_t& k : c) {
-            const std::uint32_t here = k;
-            k = sum;
+        for (std::size_t d = 0; d <= mask; ++d) {
+            const std::uint32_t here = c[d];
+            c[d] = sum;
             sum += here;
         }
-        for (const std::uint64_t e : a) tmp[c[(e >> shift) & 0xff]++] = e;
+        for (const std::uint64_t e : a) tmp[c[(e >> shift) & mask]++] = e;
         a.swap(tmp);
     }
 }
