@@ -162,3 +162,4 @@ int cmd_eval(const std::vector<std::string>& args);     // cli/cmd_eval.cpp
 int cmd_explain(const std::vector<std::string>& args);  // cli/cmd_explain.cpp
 int cmd_compile(const std::vector<std::string>& args);  // cli/cmd_compile.cpp: CUDA kernels ahead of time
 int cmd_alpha101(const std::vector<std::string>& args); // cli/cmd_alpha101.cpp: the 101 Formulaic Alphas
+int cmd_bench(const std::vector<std::string>& args);    // cli/cmd_bench.cpp: timings with GPU telemetry

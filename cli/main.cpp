@@ -18,6 +18,7 @@ commands:
   explain   print the steps, intermediates, halos, kernels and generated IR of expressions
   compile   generate and compile the CUDA kernels ahead of time
   alpha101  compute the 101 Formulaic Alphas on a folder of .npy panels, as one program
+  bench     time expressions on generated panels, with the GPU's clock, temperature, power and throttling
 
 `factorjit <command> --help` describes a command's options.
 example:
@@ -48,7 +49,8 @@ int main(int argc, char** argv) {
         if (command == "explain") return cmd_explain(args);
         if (command == "compile") return cmd_compile(args);
         if (command == "alpha101") return cmd_alpha101(args);
-        return error("unknown command '" + command + "' (eval, explain, compile or alpha101; see factorjit --help)");
+        if (command == "bench") return cmd_bench(args);
+        return error("unknown command '" + command + "' (eval, explain, compile, alpha101 or bench; see factorjit --help)");
     } catch (const fj::cli::UsageError& e) {
         return error(std::string(e.what()) + "\n(see 'factorjit " + e.command() + " --help')");
     } catch (const std::bad_alloc&) {

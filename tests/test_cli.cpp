@@ -1061,4 +1061,28 @@ TEST_CASE("alpha101: failures exit 2 with a message and write nothing") {
     CHECK(run_cli(dir, {"--help"}).out.find("alpha101") != std::string::npos);
 }
 
+TEST_CASE("factorjit bench: runs and times on the CPU, refuses bad options") {
+    const fs::path dir = scratch("bench");
+    const CliResult r = run_cli(dir, {"bench", "-e", "corr(window(A, 20), window(B, 20))", "-e", "rank(A)", "--rows", "300",
+                                      "--cols", "70", "--backend", "cpu", "--repeat", "3"});
+    INFO("stdout: " << r.out << "\nstderr: " << r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(r.out.find("on the cpu backend") != std::string::npos);
+    CHECK(r.out.find("300 x 70 float32, host panels, 0.3 MB") != std::string::npos);  // (A, B in; 2 out: 4 x 84 kB)
+    CHECK(r.out.find("run 3 of 3: ") != std::string::npos);
+    CHECK(r.out.find("median ") != std::string::npos);
+    CHECK(r.out.find("(CPU backend: no GPU telemetry)") != std::string::npos);
+    auto fails = [&](const std::vector<std::string>& args, const std::string& why) {
+        const CliResult f = run_cli(dir, args);
+        INFO("stderr: " << f.err);
+        CHECK(f.rc == 2);
+        CHECK(f.err.find(why) != std::string::npos);
+    };
+    fails({"bench"}, "bench needs at least one -e EXPR");
+    fails({"bench", "-e", "A", "--rows", "0"}, "--rows needs a whole number >= 1, not '0'");
+    fails({"bench", "-e", "A", "--dtype", "int8"}, "--dtype must be float32 or float64");
+    fails({"bench", "-e", "corr(A", "--backend", "cpu"}, "bad expression");
+    CHECK(run_cli(dir, {"bench", "--help"}).out.find("usage: factorjit bench -e EXPR") != std::string::npos);
+}
+
 }  // TEST_SUITE("cli")

@@ -156,7 +156,7 @@ TEST_CASE("window scans are chosen and emitted from the kernel without refolds, 
     CHECK(flagging.find("// refold") == std::string::npos);
     CHECK(flagging.find("fj_need |=") != std::string::npos);
     CHECK(fj::codegen::emit_cuda(k, col.options).find("// refold 0:") != std::string::npos);
-    // By default (FJ_CUDA_GUARD=0) the column scan is the kernel without refolds, as before them.
+    // With FJ_CUDA_GUARD=0 (and by default for float32) the column scan is the kernel without refolds, as before them.
     cu::CudaSettings off = s;
     off.guard = 0;
     const fj::codegen::KernelChoice col0 = fj::codegen::select_kernel(k, fj::DType::F32, {lds, true}, {"sm_90", 0}, off);
@@ -209,7 +209,7 @@ TEST_CASE("refolds on the GPU agree with the CPU backend on data with spikes, in
         // (Window and chained scans have no guard yet, select.cpp: their comparisons are reported, not held.)
         {"generic column scan", {{"FJ_CUDA_FIXED_LD", "0"}, {"FJ_CUDA_GUARD", "1"}}, true},
         {"specialised column scan", {{"FJ_CUDA_FIXED_LD", "1"}, {"FJ_CUDA_WINDOW_SCAN", "0"}, {"FJ_CUDA_UNROLL", "4"}, {"FJ_CUDA_GUARD", "1"}}, true},
-        {"specialised column scan, FJ_CUDA_GUARD=0 (the default)", {{"FJ_CUDA_FIXED_LD", "1"}, {"FJ_CUDA_WINDOW_SCAN", "0"}, {"FJ_CUDA_UNROLL", "4"}}, false},
+        {"specialised column scan, FJ_CUDA_GUARD unset (the default: float32 unguarded)", {{"FJ_CUDA_FIXED_LD", "1"}, {"FJ_CUDA_WINDOW_SCAN", "0"}, {"FJ_CUDA_UNROLL", "4"}}, false},
         {"window scan", {{"FJ_CUDA_FIXED_LD", "1"}, {"FJ_CUDA_WINDOW_SCAN", "1"}, {"FJ_CUDA_SCAN_CHAIN", "0"}}, false},
         {"chained window scan", {{"FJ_CUDA_FIXED_LD", "1"}, {"FJ_CUDA_WINDOW_SCAN", "1"}, {"FJ_CUDA_SCAN_CHAIN", "1"}}, false},
     };

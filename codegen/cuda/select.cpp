@@ -56,18 +56,18 @@ int long_window_inputs(const ir::Kernel& kernel) {
 KernelChoice select_kernel(const ir::Kernel& kernel, DType dtype, const PanelClass& panels, const DeviceFacts& device,
                            const CudaSettings& settings) {
     KernelChoice c;
-    // Refolds on CUDA. With FJ_CUDA_GUARD=1 a column scan runs the kernel with its refolds as repair flags
+    // Refolds on CUDA. Where guarded() (float64 kernels by default, all with FJ_CUDA_GUARD=1) a column scan runs the kernel with its refolds as repair flags
     // (ir::flag_refolds), and the repair pass (select_repair_kernel) runs the flagged passes again with the
     // refolds: the spike tests pass on the H200 that way, but the flags' guards took the headline kernel from
     // 114 to 158 registers and G1 at 20,000 x 20,000 from 1.42 to 1.93 ms (G5 from 64 to 29 % of copy
-    // bandwidth; bench/RESULTS.md), so it is off until the guard costs less. A refold block in each of a
+    // bandwidth; bench/RESULTS.md), so it is off for float32 until the guard costs less. A refold block in each of a
     // batch's rows, the first try, took 128 registers and 2.26 ms. By default, and always for window and chained
     // scans (their sums are chained across a block's warps: no guard yet), the code is chosen and emitted from
     // the kernel as if no refold ever ran (ir::without_refolds; docs/numerics.md).
     if (!kernel.refolds.empty()) c.scan_kernel = std::make_shared<const ir::Kernel>(ir::without_refolds(kernel));
     // The column scan's kernel (after the window scans were considered, which look at the one without refolds).
     auto column_scan = [&]() -> KernelChoice& {
-        if (!kernel.refolds.empty() && settings.guard == 1) {
+        if (!kernel.refolds.empty() && guarded(settings, dtype)) {
             c.analysis.reset();  // (of the kernel without refolds)
             c.scan_kernel = std::make_shared<const ir::Kernel>(ir::flag_refolds(kernel));
             c.flags = true;

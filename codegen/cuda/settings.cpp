@@ -73,4 +73,8 @@ std::string settings_markdown() {
     return out;
 }
 
+bool guarded(const CudaSettings& settings, DType dtype) {
+    return settings.guard == 1 || (settings.guard == -1 && dtype == DType::F64);
+}
+
 }  // namespace fj::codegen

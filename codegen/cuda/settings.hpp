@@ -12,6 +12,8 @@
 #pragma once
 
 #include <string>
+
+#include "dsl/dtype.hpp"
 #include <vector>
 
 namespace fj::codegen {
@@ -58,12 +60,17 @@ enum class SettingScope { Generic, Fixed, All, Launch };
     X(int, rsqrt_refine, "FJ_CUDA_RSQRT_REFINE", 1, 0, 1, All,                                                    \
       "float32 reciprocal square root with its Newton step (0: the estimate alone; an experiment on the "        \
       "contract: corr(x, x) is then not always exactly 1)")                                                      \
-    X(int, guard, "FJ_CUDA_GUARD", 0, 0, 1, All,                                                                  \
+    X(int, guard, "FJ_CUDA_GUARD", -1, -1, 1, All,                                                                \
       "column scans of kernels with refolds raise repair flags and a repair pass reruns the flagged passes with "  \
-      "the refolds (the accuracy contract after spikes, docs/numerics.md); off until its cost is cut: corr w=20 "  \
-      "took 1.93 ms instead of 1.42 at 20,000 x 20,000 (158 registers)")                                        \
+      "the refolds (the accuracy contract after spikes, docs/numerics.md): 1 always, 0 never, -1 float64 kernels "  \
+      "only (float32's cost is not cut yet: corr w=20 took 1.93 ms instead of 1.42 at 20,000 x 20,000, 158 "    \
+      "registers; float64 skew and kurt miss their 1e-9 contract without it)")                                 \
     X(int, big_body_shapes, "FJ_CUDA_BIG_BODY_SHAPES", 0, 0, 1, All,                                              \
       "diagnosis: give big fused kernels the code shapes ptxas miscompiled (bench/RESULTS.md)")
+
+struct CudaSettings;
+// Whether column scans of `dtype` kernels with refolds raise repair flags (FJ_CUDA_GUARD).
+bool guarded(const CudaSettings& settings, DType dtype);
 
 struct CudaSettings {
 #define FJ_CUDA_SETTING_FIELD(type, field, env, def, lo, hi, scope, doc) type field = def;

@@ -782,7 +782,7 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
                 continue;
             }
             jobs.push_back({i, false, codegen::select_kernel(*kernels[i].kernel, dtype, {}, facts, settings), {}});
-            if (!kernels[i].kernel->refolds.empty() && settings.guard == 1)
+            if (!kernels[i].kernel->refolds.empty() && codegen::guarded(settings, dtype))
                 jobs.push_back({i, true, codegen::select_repair_kernel(dtype, settings), {}});
         }
         for (std::size_t j = 0; j < jobs.size(); ++j) {

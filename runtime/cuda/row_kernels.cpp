@@ -60,6 +60,21 @@ __device__ __forceinline__ double fj_warp_sum(double v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
+// A sum (kind 0), minimum (1) or maximum (2) over a warp, or over the block when `whole` (every thread of the
+// block calls it then), in a fixed order: results do not depend on timing.
+__device__ double fj_reduce(double v, int kind, bool whole, double* red) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const double w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = kind == 0 ? v + w : kind == 1 ? fmin(v, w) : fmax(v, w);
+    }
+    if (!whole) return v;
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    double r = red[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); ++w) r = kind == 0 ? r + red[w] : kind == 1 ? fmin(r, red[w]) : fmax(r, red[w]);
+    __syncthreads();
+    return r;
+}
 // The sorted keys of a row, read the same way whichever layout holds them: general (hi = group, lo = value, col),
 // packed by value (float32 rank: the value's order key above the column) or packed by group (float32 operators that
 // need no order of values, all but the ranks: the group's order key, 0 without groups, above the column; values
@@ -80,8 +95,8 @@ struct fj_keys {
 // Packed keys (one 64-bit word: an order key in the upper 32 bits above the column) sorted by the upper 32 bits
 // with a stable radix sort of 1-bit passes, in place in shared memory: the column below keeps ties in column order,
 // so the order is the same total order as the bitonic sort's. Each thread holds FJ_RADIX_ITEMS consecutive keys in
-// registers; a pass counts its zeros, a block-wide exclusive scan places them, and passes over a bit every key shares
-// are skipped (exponent bits mostly). n log n fewer shared-memory accesses than the bitonic sort's n log^2 n, and only
+// registers; a pass counts its zeros, a block-wide exclusive scan places them; only bits that differ between keys get
+// a pass (a block-wide OR and AND first: exponent bits are mostly shared, group keys or none have few). n log n fewer shared-memory accesses than the bitonic sort's n log^2 n, and only
 // the row's own columns (no power-of-two padding).
 #define FJ_RADIX_ITEMS 8
 __device__ void fj_radix_sort(fj_u64* keys, int n, int* scan) {
@@ -89,7 +104,26 @@ __device__ void fj_radix_sort(fj_u64* keys, int n, int* scan) {
     const int ipt = (n + blockDim.x - 1) / blockDim.x;
     const int begin = min(t * ipt, n), end = min(begin + ipt, n);
     fj_u64 item[FJ_RADIX_ITEMS];
-    for (int b = 32; b < 64; ++b) {
+    // The bits some keys have and others not: the only passes that move anything.
+    unsigned any = 0u, all = ~0u;
+    for (int i = begin; i < end; ++i) {
+        const unsigned k = (unsigned)(keys[i] >> 32);
+        any |= k;
+        all &= k;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        any |= __shfl_xor_sync(0xffffffffu, any, o);
+        all &= __shfl_xor_sync(0xffffffffu, all, o);
+    }
+    if (lane == 0) { scan[warp] = (int)any; scan[32 + warp] = (int)all; }
+    __syncthreads();
+    unsigned vary_any = 0u, vary_all = ~0u;
+    for (int w = 0; w < warps; ++w) { vary_any |= (unsigned)scan[w]; vary_all &= (unsigned)scan[32 + w]; }
+    __syncthreads();
+    unsigned vary = vary_any ^ vary_all;
+    while (vary) {
+        const int b = 32 + __ffs(vary) - 1;
+        vary &= vary - 1;
         int zeros = 0;
         #pragma unroll
         for (int k = 0; k < FJ_RADIX_ITEMS; ++k)
@@ -117,7 +151,6 @@ __device__ void fj_radix_sort(fj_u64* keys, int n, int* scan) {
         const int total = scan[32 + warps - 1];
         const int before = (warp ? scan[32 + warp - 1] : 0) + x - zeros;
         __syncthreads();  // (scan[] is read by all before the next pass writes it)
-        if (total == 0 || total == n) continue;  // every key has this bit alike: nothing moves
         int zero_at = before, one_at = total + (begin - before);
         #pragma unroll
         for (int k = 0; k < FJ_RADIX_ITEMS; ++k)
@@ -132,6 +165,7 @@ extern "C" __global__ void __launch_bounds__(1024) FJ_NAME(const fj_row_params p
     extern __shared__ __align__(16) unsigned char fj_smem[];
     __shared__ int fj_nvalid, fj_nseg, fj_seg0;
     __shared__ int fj_scan[64];
+    __shared__ double fj_red[32];
     const long long P = p.padded;
     const bool grouped = p.g != 0;
     fj_keys K;
@@ -216,12 +250,23 @@ extern "C" __global__ void __launch_bounds__(1024) FJ_NAME(const fj_row_params p
                     while (a < b) { const int m = (a + b) >> 1; if (K.same_group(m, i)) a = m + 1; else b = m; }
                     s1 = a;
                 }
+                // The tie run around i: its neighbours first (values are mostly distinct, so this usually ends at
+                // once), a binary search where the run is longer than a few (a row of equal values stays n log n).
                 const fj_u64 key = K.vkey(i);
-                int a = s0, b = i;
-                while (a < b) { const int m = (a + b) >> 1; if (K.vkey(m) < key) a = m + 1; else b = m; }
+                int a = i, b;
+                while (a > s0 && a > i - 4 && K.vkey(a - 1) == key) --a;
+                if (a > s0 && a == i - 4 && K.vkey(a - 1) == key) {
+                    b = a;
+                    a = s0;
+                    while (a < b) { const int m = (a + b) >> 1; if (K.vkey(m) < key) a = m + 1; else b = m; }
+                }
                 const int first = a;
-                a = i + 1; b = s1;
-                while (a < b) { const int m = (a + b) >> 1; if (K.vkey(m) == key) a = m + 1; else b = m; }
+                a = i + 1;
+                while (a < s1 && a < i + 5 && K.vkey(a) == key) ++a;
+                if (a < s1 && a == i + 5 && K.vkey(a) == key) {
+                    b = s1;
+                    while (a < b) { const int m = (a + b) >> 1; if (K.vkey(m) == key) a = m + 1; else b = m; }
+                }
                 orow[K.column(i)] = (FJ_T)(((double)(first - s0 + 1 + a - s0) / 2.0) / (double)(s1 - s0));
             }
             __syncthreads();
@@ -235,25 +280,25 @@ extern "C" __global__ void __launch_bounds__(1024) FJ_NAME(const fj_row_params p
         }
         __syncthreads();
         const int nseg = fj_nseg;
-        // A warp per group: [s0, s1) of the sorted keys.
-        for (int s = warp; s < nseg; s += warps) {
+        // A warp per group: [s0, s1) of the sorted keys; one group alone (the plain operators) takes the whole block.
+        const bool whole = nseg == 1;
+        const int me = whole ? (int)threadIdx.x : lane, lanes = whole ? (int)blockDim.x : 32;
+        for (int s = whole ? 0 : warp; s < nseg; s += whole ? 1 : warps) {
             const int s0 = seg[s];
             int a = s0 + 1, b = n_valid;
             while (a < b) { const int m = (a + b) >> 1; if (K.same_group(m, s0)) a = m + 1; else b = m; }
             const int s1 = a, n = s1 - s0;
             double sum = 0, sabs = 0, mn = 1.0 / 0.0, mx = -1.0 / 0.0;
-            for (int i = s0 + lane; i < s1; i += 32) {
+            for (int i = s0 + me; i < s1; i += lanes) {
                 const double v = K.value(i);
                 sum += v; sabs += fabs(v); mn = fmin(mn, v); mx = fmax(mx, v);
             }
-            sum = fj_warp_sum(sum);
-            sabs = fj_warp_sum(sabs);
-            for (int o = 16; o > 0; o >>= 1) {
-                mn = fmin(mn, __shfl_xor_sync(0xffffffffu, mn, o));
-                mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-            }
+            sum = fj_reduce(sum, 0, whole, fj_red);
+            sabs = fj_reduce(sabs, 0, whole, fj_red);
+            mn = fj_reduce(mn, 1, whole, fj_red);
+            mx = fj_reduce(mx, 2, whole, fj_red);
             if (p.op == 3) {  // scale: x / sum(|x|)
-                for (int i = s0 + lane; i < s1; i += 32) orow[K.column(i)] = (FJ_T)(K.value(i) / sabs);
+                for (int i = s0 + me; i < s1; i += lanes) orow[K.column(i)] = (FJ_T)(K.value(i) / sabs);
                 continue;
             }
             const bool constant = mn == mx;
@@ -261,27 +306,27 @@ extern "C" __global__ void __launch_bounds__(1024) FJ_NAME(const fj_row_params p
             const double mhi = sum / (double)n;
             double d = 0;
             if (isfinite(mhi))
-                for (int i = s0 + lane; i < s1; i += 32) d += K.value(i) - mhi;
-            const double mlo = isfinite(mhi) ? fj_warp_sum(d) / (double)n : 0.0;
+                for (int i = s0 + me; i < s1; i += lanes) d += K.value(i) - mhi;
+            const double mlo = isfinite(mhi) ? fj_reduce(d, 0, whole, fj_red) / (double)n : 0.0;
             if (p.op == 2) {  // demean; exactly 0 for a constant group
-                for (int i = s0 + lane; i < s1; i += 32)
+                for (int i = s0 + me; i < s1; i += lanes)
                     orow[K.column(i)] = (FJ_T)(constant ? 0.0 : (K.value(i) - mhi) - mlo);
                 continue;
             }
             // zscore, ddof = 1: NaN for fewer than 2 values, a constant group, an overflowing sum of squares
             if (n < 2 || constant) {
-                for (int i = s0 + lane; i < s1; i += 32) orow[K.column(i)] = (FJ_T)nan;
+                for (int i = s0 + me; i < s1; i += lanes) orow[K.column(i)] = (FJ_T)nan;
                 continue;
             }
             double ss = 0;
-            for (int i = s0 + lane; i < s1; i += 32) {
+            for (int i = s0 + me; i < s1; i += lanes) {
                 const double dev = (K.value(i) - mhi) - mlo;
                 ss += dev * dev;
             }
-            ss = fj_warp_sum(ss);
+            ss = fj_reduce(ss, 0, whole, fj_red);
             if (isinf(ss)) ss = nan;
             const double sd = sqrt(ss / (double)(n - 1));
-            for (int i = s0 + lane; i < s1; i += 32) orow[K.column(i)] = (FJ_T)(((K.value(i) - mhi) - mlo) / sd);
+            for (int i = s0 + me; i < s1; i += lanes) orow[K.column(i)] = (FJ_T)(((K.value(i) - mhi) - mlo) / sd);
         }
         __syncthreads();
     }
