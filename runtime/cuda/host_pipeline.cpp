@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "dsl/error.hpp"
+#include "runtime/chunk_run.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace fj::rt::cuda {
@@ -76,15 +77,6 @@ bool page_locked(const Panel& p) {
     return true;
 }
 
-// Rows [row0, row0 + rows) x columns [col0, col0 + cols) of p as a panel of its own.
-Panel rows_of(const Panel& p, std::int64_t row0, std::int64_t rows, std::int64_t col0, std::int64_t cols) {
-    Panel v = p;
-    v.data = static_cast<char*>(p.data) + (row0 * p.ld + col0) * static_cast<std::int64_t>(dtype_size(p.dtype));
-    v.rows = rows;
-    v.cols = cols;
-    return v;
-}
-
 }  // namespace
 
 HostPipeline::HostPipeline(const Device& dev) : dev_(dev) {}
@@ -117,20 +109,16 @@ HostPipeline::Slot& HostPipeline::slot(int s, std::size_t in_bytes, std::size_t 
         FJ_CU(cuEventCreate, &slots_.back()->done, 0x2u /* CU_EVENT_DISABLE_TIMING */);
     }
     Slot& sl = *slots_[static_cast<std::size_t>(s)];
-    if (sl.in_capacity < in_bytes) {
-        free_host(sl.pinned_in);
-        sl.pinned_in = nullptr;
-        sl.in_capacity = 0;
-        FJ_CU(cuMemHostAlloc, &sl.pinned_in, std::max<std::size_t>(in_bytes, 1), 0u);
-        sl.in_capacity = in_bytes;
-    }
-    if (sl.out_capacity < out_bytes) {
-        free_host(sl.pinned_out);
-        sl.pinned_out = nullptr;
-        sl.out_capacity = 0;
-        FJ_CU(cuMemHostAlloc, &sl.pinned_out, std::max<std::size_t>(out_bytes, 1), 0u);
-        sl.out_capacity = out_bytes;
-    }
+    auto grow = [](void*& buffer, std::size_t& capacity, std::size_t bytes) {
+        if (capacity >= bytes) return;
+        free_host(buffer);
+        buffer = nullptr;
+        capacity = 0;
+        FJ_CU(cuMemHostAlloc, &buffer, std::max<std::size_t>(bytes, 1), 0u);
+        capacity = bytes;
+    };
+    grow(sl.pinned_in, sl.in_capacity, in_bytes);
+    grow(sl.pinned_out, sl.out_capacity, out_bytes);
     return sl;
 }
 
@@ -206,7 +194,7 @@ void HostPipeline::run(const ChunkPlan& chunks, const std::vector<Panel>& inputs
             for (std::size_t i = 0; i < n_in; ++i) {
                 ins[i] = {dev_in[static_cast<std::size_t>(s)] + i * each, w};
                 if (in_locked[i]) {
-                    copy_2d(sl.stream, true, rows_of(inputs[i], c.read_begin, rr, c.col_begin, w), ins[i].ptr, w);
+                    copy_2d(sl.stream, true, sub_panel(inputs[i], c.read_begin, rr, c.col_begin, w), ins[i].ptr, w);
                 } else {
                     char* staged = static_cast<char*>(sl.pinned_in) + i * each;
                     copy_rows(inputs[i], c.read_begin, rr, c.col_begin, w, staged, true);
@@ -220,7 +208,7 @@ void HostPipeline::run(const ChunkPlan& chunks, const std::vector<Panel>& inputs
             const std::size_t owned = static_cast<std::size_t>(c.rows() * w) * elem;
             const std::size_t skip = static_cast<std::size_t>(c.halo_rows() * w) * elem;
             for (std::size_t o = 0; o < n_out; ++o) {
-                if (out_locked[o]) copy_2d(sl.stream, false, rows_of(outputs[o], c.row_begin, c.rows(), c.col_begin, w), outs[o].ptr + skip, w);
+                if (out_locked[o]) copy_2d(sl.stream, false, sub_panel(outputs[o], c.row_begin, c.rows(), c.col_begin, w), outs[o].ptr + skip, w);
                 else FJ_CU(cuMemcpyDtoHAsync, static_cast<char*>(sl.pinned_out) + o * owned, outs[o].ptr + skip, owned, sl.stream);
             }
             FJ_CU(cuEventRecord, sl.done, sl.stream);
