@@ -217,16 +217,23 @@ void HostPipeline::run(const ChunkPlan& chunks, const std::vector<Panel>& inputs
         // The last chunks, in order.
         for (std::int64_t ci = std::max<std::int64_t>(0, chunks.count - slots); ci < chunks.count; ++ci)
             deliver(static_cast<int>(ci % slots));
-    } catch (const std::exception& e) {
+    } catch (...) {
         wait_all();
         if (stopped_by_caller) std::rethrow_exception(stopped_by_caller);
+        std::string what = "an exception that is not a std::exception";
+        try {
+            throw;
+        } catch (const std::exception& e) {
+            what = e.what();
+        } catch (...) {
+        }
         const std::string where = current < 0 ? std::string("before its first chunk")
                                   : chunks.count == 1 ? std::string("in its only chunk")
                                                       : fmt::format("in chunk {} of {} (rows {}-{}, columns {}-{})", current + 1, chunks.count,
                                                                     chunks.chunk(current).row_begin, chunks.chunk(current).row_end,
                                                                     chunks.chunk(current).col_begin, chunks.chunk(current).col_end);
         throw RunError(fmt::format("cuda: a run of host panels ({} x {}, {}) failed {}: {}", chunks.rows, chunks.cols,
-                                   chunks.describe(), where, e.what()));
+                                   chunks.describe(), where, what));
     }
 }
 
