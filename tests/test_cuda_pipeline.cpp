@@ -17,6 +17,7 @@
 #ifdef FJ_WITH_CUDA
 #include "runtime/backend.hpp"
 #include "runtime/cuda/cuda_api.hpp"
+#include "runtime/fault_inject.hpp"
 #endif
 
 TEST_SUITE("cuda_gpu") {
@@ -210,6 +211,30 @@ TEST_CASE("a progress callback that throws stops the run; its exception propagat
     ro.progress = nullptr;
     p.run(chunked.in_panels, chunked.out_panels, ro);
     check_close(chunked.out, whole.out, 2e-5);
+}
+
+TEST_CASE("an allocation or a chunk that fails mid-run: RunError, inputs untouched, the next run right") {
+    if (!gpu_here()) return;
+    const fj::test::Dataset ds = fj::test::dataset("price, messy", 3000, 263, fj::test::messy(fj::test::Flavour::Price), 96, {"A", "B"});
+    fj::CompileOptions o;
+    o.backend = fj::Backend::Cuda;
+    const fj::Program p = fj::compile(pipeline_program(), o);
+    HostRun<float> whole(ds, p);
+    p.run(whole.in_panels, whole.out_panels);
+    fj::RunOptions ro;
+    ro.chunk_rows = 400;
+    for (auto [kind, n] : {std::pair{fj::rt::FaultKind::Chunk, 4}, std::pair{fj::rt::FaultKind::Alloc, 20}}) {
+        CAPTURE(static_cast<int>(kind));
+        HostRun<float> failed(ds, p);
+        fj::rt::testing::fail_at(kind, n);
+        CHECK_THROWS_AS(p.run(failed.in_panels, failed.out_panels, ro), fj::RunError);
+        fj::rt::testing::fail_at(kind, 0);
+        for (const auto& [name, v] : whole.in)
+            CHECK(std::memcmp(failed.in.at(name).data(), v.data(), v.size() * sizeof(float)) == 0);
+        HostRun<float> after(ds, p);
+        p.run(after.in_panels, after.out_panels, ro);
+        check_close(after.out, whole.out, 2e-5);
+    }
 }
 
 TEST_CASE("run_async on device panels enqueues on the caller's stream; two programs on two streams") {

@@ -9,6 +9,7 @@
 
 #include "dsl/error.hpp"
 #include "runtime/chunk_run.hpp"
+#include "runtime/fault_inject.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace fj::rt::cuda {
@@ -186,6 +187,7 @@ void HostPipeline::run(const ChunkPlan& chunks, const std::vector<Panel>& inputs
             const int s = static_cast<int>(ci % slots);
             deliver(s);
             current = ci;
+            fault_point(FaultKind::Chunk, "cuda chunk");
             Slot& sl = *slots_[static_cast<std::size_t>(s)];
             const Chunk c = chunks.chunk(ci);
             const std::int64_t w = c.cols(), rr = c.rows_run();

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "runtime/fault_inject.hpp"
+
 namespace fj::rt::cuda {
 
 RunMemory::~RunMemory() {
@@ -16,6 +18,7 @@ void RunMemory::free(CUdeviceptr p) const {
 }
 
 CUdeviceptr RunMemory::alloc(std::size_t bytes) {
+    fault_point(FaultKind::Alloc, "cuda device memory");
     CUdeviceptr p = 0;
     if (dev_.memory_pools) FJ_CU(cuMemAllocAsync, &p, std::max<std::size_t>(bytes, 1), stream_);
     else FJ_CU(cuMemAlloc, &p, std::max<std::size_t>(bytes, 1));
