@@ -54,30 +54,46 @@ def overhead(args):
             "B": rng.standard_normal((rows, cols)).astype(np.float32)}
     backend = "cpu" if args.device == "cpu" else "cuda"
     p = fj.compile({"c": "correlation(A, B, 20)"}, backend=backend, threads=1)
+    # Device panels: the Python call enqueues on the caller's stream (Program::run_async) and returns; it is
+    # timed with a synchronisation of that stream after each call, so that both sides finish the work per
+    # call, as Program::run (which waits for its own stream) does in the C++ loop. The enqueue alone is printed too.
     if args.device == "cupy":
         import cupy
         arrays = {k: cupy.asarray(v) for k, v in host.items()}
         outputs = {"c": cupy.empty((rows, cols), np.float32)}
-        sync = cupy.cuda.runtime.deviceSynchronize
+        sync = lambda: cupy.cuda.get_current_stream().synchronize()  # noqa: E731
     elif args.device == "torch":
         import torch
         arrays = {k: torch.from_numpy(v).cuda() for k, v in host.items()}
         outputs = {"c": torch.empty((rows, cols), dtype=torch.float32, device="cuda")}
-        sync = torch.cuda.synchronize
+        sync = lambda: torch.cuda.current_stream().synchronize()  # noqa: E731
     else:
         arrays, outputs, sync = host, {"c": np.empty((rows, cols), np.float32)}, lambda: None
     p.run(**arrays)
     sync()
+
+    def python_call():
+        p.run(**arrays)
+        sync()
+
     ins, outs = panel_tuples(arrays, args.device), panel_tuples(outputs, args.device)
     rounds = []
     for _ in range(args.rounds):  # interleaved, so that drifts of the machine hit both alike
         cxx = statistics.median(p._core._time_run(ins, outs, args.repeat))
-        py, _ = median_time(lambda: p.run(**arrays), args.repeat)
-        rounds.append((py, cxx))
+        py, _ = median_time(python_call, args.repeat)
+        t0 = time.perf_counter()
+        for _ in range(args.repeat):
+            p.run(**arrays)
+        enqueue = (time.perf_counter() - t0) / args.repeat
+        sync()
+        rounds.append((py, cxx, enqueue))
     py = statistics.median(r[0] for r in rounds)
     cxx = statistics.median(r[1] for r in rounds)
+    enqueue = statistics.median(r[2] for r in rounds)
     print(f"overhead ({args.device}, {rows} x {cols} float32, corr w=20, {args.rounds} rounds of {args.repeat}): "
-          f"Python run {py * 1e6:.1f} us, C++ Program::run {cxx * 1e6:.1f} us, added {(py - cxx) * 1e6:.1f} us")
+          f"Python run {py * 1e6:.1f} us, C++ Program::run {cxx * 1e6:.1f} us, added {(py - cxx) * 1e6:.1f} us"
+          + (f"; the Python call alone, back to back without waiting: {enqueue * 1e6:.1f} us"
+             if args.device != "cpu" else ""))
 
 
 def cupy_g1(args):
