@@ -4,8 +4,9 @@
   overhead  what a call through Python adds per run over Program::run called from C++ on the same panels
             (a C++ loop inside the module, _time_run): small panels, so the run itself is short.
             --device cpu (NumPy, CPU backend), cupy or torch (device-resident panels, CUDA backend).
-  cupy-g1   the G1 case of bench_gpu (corr w=20, 20,000 x 20,000 float32) with CuPy arrays in and out:
-            median time of p.run(A=a, B=b), to set against bench_gpu's G1 figure.
+  cupy-g1   the G1 case of bench_gpu (corr w=20, 50,000 x 50,000 float32; --rows/--cols 20000 for its --quick
+            size) with CuPy arrays in and out: median time of p.run(A=a, B=b) and a wait for CuPy's stream, to
+            set against bench_gpu's G1 figure.
   dask      fj.dask.run on a local cluster of 2 worker processes (1 thread each) against one process running
             the same program on 2 threads, 50,000 x 2,000 float32 by default; inputs already in memory on
             both sides (persisted on the workers), results left there.
@@ -98,7 +99,7 @@ def overhead(args):
 
 def cupy_g1(args):
     import cupy
-    rows = cols = 20000
+    rows, cols = args.rows or 50000, args.cols or 50000  # bench_gpu's G1 (its --quick: 20,000 x 20,000)
     rng = cupy.random.default_rng(0)
     a = rng.standard_normal((rows, cols), dtype=cupy.float32).cumsum(axis=0)
     b = rng.standard_normal((rows, cols), dtype=cupy.float32)
@@ -111,7 +112,7 @@ def cupy_g1(args):
 
     call()
     med, times = median_time(call, args.repeat)
-    print(f"cupy-g1 (corr w=20, 20,000 x 20,000 float32, CuPy in and out): median {med * 1e3:.3f} ms, "
+    print(f"cupy-g1 (corr w=20, {rows} x {cols} float32, CuPy in and out): median {med * 1e3:.3f} ms, "
           f"min {min(times) * 1e3:.3f} ms over {args.repeat} runs")
 
 
