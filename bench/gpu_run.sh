@@ -4,7 +4,9 @@
 # with --peers, /work/shared/peers/rolling_corr_peers.py (copied to .carry/) at 50,000 x $PEERS_N (10,000).
 # A short table comes last. Logs go to $OUT (the device tool's output folder) or /tmp/fj_gpu_out.
 #
-#   bench/gpu_run.sh [--quick] [--peers] [--profile] [--no-tests] [--no-bench] [--no-xcheck] [--kernel-suites] [--a1] [--h1]
+#   bench/gpu_run.sh [--quick] [--peers] [--profile] [--no-tests] [--no-bench] [--no-xcheck] [--kernel-suites] [--a1] [--h1] [--ops]
+# --ops: factorjit bench of each time-series operator at w = 20 and 250 (20,000 x 5,000 float32 device panels) and
+# of rank over 50,000 x 5,000 (issue 21's Windows and Rank figures), with the GPU's telemetry.
 # --h1: bench_gpu --host: corr w=20 on 50,000 x 50,000 float32 host panels, host to host (issue 22's figure).
 # --a1: the 101 alphas on 4,000 x 5,000 float32 (bench/alpha_data.py's market): a cold process (empty kernel
 # cache), then a warm-disk-cache one, each with --repeat 3 and FJ_PROFILE's per-step times.
@@ -21,7 +23,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 LOG=${OUT:-/tmp/fj_gpu_out}
 mkdir -p "$LOG"
-QUICK="" PEERS=0 TESTS=1 BENCH=1 PROFILE=0 XCHECK=1 SUITES=0 A1=0 H1=0
+QUICK="" PEERS=0 TESTS=1 BENCH=1 PROFILE=0 XCHECK=1 SUITES=0 A1=0 H1=0 OPS=0
 for a in "$@"; do
   case "$a" in
     --quick) QUICK=--quick ;;
@@ -33,6 +35,7 @@ for a in "$@"; do
     --profile) PROFILE=1 ;;
     --a1) A1=1 ;;
     --h1) H1=1 ;;
+    --ops) OPS=1 ;;
     *) echo "unknown option $a"; exit 2 ;;
   esac
 done
@@ -127,6 +130,19 @@ fi
 
 if [ $BENCH = 1 ]; then
   "$BUILD/bench_gpu" $QUICK 2>&1 | tee "$LOG/bench.log"
+fi
+
+if [ $OPS = 1 ]; then
+  echo "== time-series operators, w = 20 and 250: factorjit bench --rows 20000 --cols 5000 (median ms)"
+  for op in "skew(window(A,W))" "kurt(window(A,W))" "slope(window(A,W))" "rsquare(window(A,W))" "resid(window(A,W))" \
+            "median(window(A,W))" "quantile(window(A,W), 0.25)" "ema(A, W)" "ts_rank(window(A,W))" "argmax(window(A,W))" \
+            "decay_linear(window(A,W))" "product(window(A,W))" "std(window(A,W))"; do
+    t20=$(timeout 60 "$BUILD/factorjit" bench -e "${op//W/20}" --rows 20000 --cols 5000 --repeat 5 2>&1 | awk '/^median/ {print $2}')
+    t250=$(timeout 60 "$BUILD/factorjit" bench -e "${op//W/250}" --rows 20000 --cols 5000 --repeat 5 2>&1 | awk '/^median/ {print $2}')
+    awk -v o="$op" -v a="$t20" -v b="$t250" 'BEGIN { printf "  %-30s w=20 %8s ms  w=250 %8s ms  ratio %.2f\n", o, a, b, (a > 0 ? b / a : 0) }'
+  done
+  echo "== rank over 50,000 x 5,000 float32 (copy floor about 0.48 ms: 1 GB read and 1 GB written at 4.2 TB/s)"
+  timeout 60 "$BUILD/factorjit" bench -e "rank(A)" --rows 50000 --cols 5000 --repeat 5 2>&1 | grep -E "^median|^GPU"
 fi
 
 if [ $H1 = 1 ]; then
