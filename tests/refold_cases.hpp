@@ -1,6 +1,6 @@
 // Programs and data for the CUDA backend's refolds (kernel_ir.hpp: window sums recomputed from the window's
 // own rows where running sums would break the accuracy contract): the window-sum groups (sum, mean, var,
-// std, cov, corr) over windows of 5, 20 and 250 rows, a nested window whose refold reads a ring, on
+// std, cov, corr, skew, kurt, slope, rsquare, resid) over windows of 5, 20 and 250 rows, a nested window whose refold reads a ring, on
 // price-like data around 100 with spikes (float32: 1e8 and 1e30; float64: 1e12 and 1e150), a level shift
 // and NaN rows. Used by the emulated column scans (test_cuda_emulated.cpp), the NVRTC compiles and the GPU
 // comparison against the CPU backend (test_cuda_refold.cpp).
@@ -32,6 +32,11 @@ inline std::vector<NamedExprs> refold_programs(bool long_windows = true) {
         p.push_back({{"var" + s, fj::var(window(A, w))}, {"std" + s, fj::std(window(A, w))}});
         p.push_back({{"cov" + s, fj::cov(window(A, w), window(B, w))}, {"corr" + s, fj::corr(window(A, w), window(B, w))}});
         p.push_back({{"std" + s + "_mp", fj::std(window(A, w, w / 2))}, {"corr" + s + "_mp", fj::corr(window(A, w, w / 2), window(B, w, w / 2))}});
+        // skew and kurt (sums of cubes and fourth powers beside var's), the regressions (positional sums; their
+        // refold reads a ring of row indices).
+        p.push_back({{"skew" + s, fj::skew(window(A, w))}, {"kurt" + s + "_mp", fj::kurt(window(A, w, w / 2))}});
+        p.push_back({{"slope" + s, fj::slope(window(A, w))}, {"rsquare" + s + "_mp", fj::rsquare(window(A, w, w / 2))},
+                     {"resid" + s, fj::resid(window(A, w))}});
     }
     // A window over a windowed value: the outer refold reads the inner std from a ring.
     p.push_back({{"mean10_of_std5", fj::mean(window(fj::std(window(A, 5)), 10))}});
