@@ -210,6 +210,22 @@ void check_same(const std::vector<T>& got, const std::vector<T>& want) {
     CHECK(valid > got.size() / 2);
 }
 
+// Results of two float32 runs that may differ only in where running sums were re-seeded (chunks): equal NaN
+// placement, values within twice float32's rounding of each other's magnitude.
+void check_close_f32(const std::vector<float>& got, const std::vector<float>& want) {
+    REQUIRE(got.size() == want.size());
+    std::size_t bad = 0, valid = 0, first_bad = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        const bool ok = std::isnan(want[i]) ? std::isnan(got[i])
+                                            : std::fabs(got[i] - want[i]) <= 2e-5 * std::max(1.0f, std::fabs(want[i]));
+        if (!ok && bad++ == 0) first_bad = i;
+        valid += !std::isnan(want[i]);
+    }
+    INFO("first mismatch at " << first_bad << ": got " << got[first_bad] << ", want " << want[first_bad]);
+    CHECK(bad == 0);
+    CHECK(valid > got.size() / 2);
+}
+
 constexpr std::int64_t kRows = 64, kCols = 7;
 const char* const kCorr = "corr(window(A, 5), window(B, 5))";
 const char* const kMix = "mean(window(A, 3)) - delta(B, 1) * 2";
@@ -354,6 +370,28 @@ TEST_CASE("a 1-D input is one column; the output is 1-D too") {
     const ReadBack o = read_back(dir / "out.npy");
     CHECK(o.shape == std::vector<std::int64_t>{rows});
     check_same(o.values<float>(), direct<float>(kCorr, {{"A", &a}, {"B", &b}}, rows, 1));
+}
+
+TEST_CASE("a 1-D input streamed in chunks of 37 rows, and an empty panel under a tiny budget") {
+    const fs::path dir = scratch("oned_chunks");
+    const std::int64_t rows = 1000;
+    const auto a = make_panel<float>(rows, 1, 5), b = make_panel<float>(rows, 1, 6);
+    write_panel(dir / "a.npy", a, rows, 1, {.one_d = true});
+    write_panel(dir / "b.npy", b, rows, 1, {.one_d = true});
+    const CliResult r = run_cli(dir, {"eval", "-v", "-e", kCorr, "-i", "A=a.npy", "-i", "B=b.npy", "-o", "out.npy",
+                                      "--backend", "cpu", "--chunk-rows", "37"});
+    INFO("stderr: " << r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(r.err.find("28 chunks over time of 37 rows (+4 halo)") != std::string::npos);
+    const ReadBack o = read_back(dir / "out.npy");
+    CHECK(o.shape == std::vector<std::int64_t>{rows});
+    check_close_f32(o.values<float>(), direct<float>(kCorr, {{"A", &a}, {"B", &b}}, rows, 1));
+    write_panel(dir / "e.npy", std::vector<float>{}, 0, kCols);
+    const CliResult e = run_cli(dir, {"eval", "-e", "mean(window(A, 3))", "-i", "A=e.npy", "-o", "eo.npy", "--backend",
+                                      "cpu", "--max-memory", "1K"});
+    INFO("stderr: " << e.err);
+    REQUIRE(e.rc == 0);
+    CHECK(read_back(dir / "eo.npy").shape == std::vector<std::int64_t>{0, kCols});
 }
 
 TEST_CASE("Fortran-order input gives the same result as C order") {
@@ -690,22 +728,6 @@ TEST_CASE("failures: exit 2, a helpful message, no output written") {
                                   "odir"}),
                        {"odir", "directory"}, out);
     }
-}
-
-// Results of two float32 runs that may differ only in where running sums were re-seeded (chunks): equal NaN
-// placement, values within twice float32's rounding of each other's magnitude.
-void check_close_f32(const std::vector<float>& got, const std::vector<float>& want) {
-    REQUIRE(got.size() == want.size());
-    std::size_t bad = 0, valid = 0, first_bad = 0;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-        const bool ok = std::isnan(want[i]) ? std::isnan(got[i])
-                                            : std::fabs(got[i] - want[i]) <= 2e-5 * std::max(1.0f, std::fabs(want[i]));
-        if (!ok && bad++ == 0) first_bad = i;
-        valid += !std::isnan(want[i]);
-    }
-    INFO("first mismatch at " << first_bad << ": got " << got[first_bad] << ", want " << want[first_bad]);
-    CHECK(bad == 0);
-    CHECK(valid > got.size() / 2);
 }
 
 // FJ_FAIL_AT for the commands run in this scope (runtime/fault_inject.hpp).
