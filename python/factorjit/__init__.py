@@ -11,9 +11,9 @@ Expressions can also be built here: ``fj.corr(fj.window(fj.input("close"), 10), 
 
 from . import errors
 from ._core import (Expr, Window, abs, argmax, argmin, constant, corr, count, cov, decay_linear, delay, delta,
-                    demean, exp, fmax, fmin, group_neutralize, group_rank, group_zscore, input, log, max, mean,
-                    min, parse, pow, product, rank, scale, sign, signedpower, sqrt, std, stddev, sum, ts_rank,
-                    var, where, window, zscore)
+                    demean, ema, exp, fmax, fmin, group_neutralize, group_rank, group_zscore, input, kurt, log, max,
+                    mean, median, min, parse, pow, product, quantile, rank, resid, rsquare, scale, sign, signedpower,
+                    skew, slope, sqrt, std, stddev, sum, ts_rank, var, where, window, zscore)
 from . import _core
 from ._program import Program, compile
 from .errors import BackendError, Error, ExprError, InputError, MissingInputError, ParseError, RunError
@@ -23,7 +23,8 @@ _core._register_errors(Error, ExprError, ParseError, InputError, BackendError, R
 __all__ = ["Program", "compile", "Expr", "Window", "Error", "ExprError", "ParseError", "InputError",
            "MissingInputError", "BackendError", "RunError", "input", "constant", "parse", "window", "abs", "sign", "sqrt",
            "exp", "log", "pow", "signedpower", "fmin", "fmax", "min", "max", "where", "delay", "delta", "sum",
-           "mean", "count", "var", "std", "stddev", "argmin", "argmax", "ts_rank", "product", "decay_linear",
+           "mean", "count", "var", "std", "stddev", "argmin", "argmax", "ts_rank", "product", "decay_linear", "skew",
+           "kurt", "median", "quantile", "slope", "rsquare", "resid", "ema",
            "corr", "cov", "rank", "zscore", "demean", "scale", "group_neutralize", "group_rank", "group_zscore"]
 
 

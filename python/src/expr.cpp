@@ -154,6 +154,15 @@ void bind_expr(py::module_& m) {
     m.def("ts_rank", &fj::ts_rank, py::arg("w"));
     m.def("product", &fj::product, py::arg("w"));
     m.def("decay_linear", &fj::decay_linear, py::arg("w"));
+    m.def("skew", &fj::skew, py::arg("w"));
+    m.def("kurt", &fj::kurt, py::arg("w"));
+    m.def("median", &fj::median, py::arg("w"));
+    m.def("quantile", &fj::quantile, py::arg("w"), py::arg("q"));
+    m.def("slope", &fj::slope, py::arg("w"));
+    m.def("rsquare", &fj::rsquare, py::arg("w"));
+    m.def("resid", &fj::resid, py::arg("w"));
+    m.def("ema", [](const py::object& x, double span) { return fj::ema(arg(x, "ema", 1), span); }, py::arg("x"),
+          py::arg("span"));
     m.def("corr", &fj::corr, py::arg("a"), py::arg("b"));
     m.def("cov", &fj::cov, py::arg("a"), py::arg("b"));
     m.def("min", py::overload_cast<const Window&>(&fj::min), py::arg("w"));

@@ -6,6 +6,8 @@ float32 reference is this reference applied to the float32 inputs (converted to 
 the same numbers (tests/backend_cases.hpp says why that is the fair comparison).
 """
 
+import warnings
+
 import numpy as np
 
 
@@ -23,7 +25,8 @@ def rolling(x, d, min_periods, reduce, need):
     for t, w in _windows(x, d):
         valid = ~np.isnan(w)
         n = valid.sum(0)
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN windows: their NaN is what is meant
             r = reduce(w, valid, n)
         out[t] = np.where(n >= max(min_periods, need), r, np.nan)
     return out
@@ -177,3 +180,20 @@ def demean(x, g=None):
 
 def scale(x):
     return _by_row(x, None, lambda v: v / np.abs(v).sum())
+
+
+def ts_quantile(x, d, q):  # numpy's "linear" quantile of the valid values
+    return rolling(x, d, d, lambda w, v, n: np.nanquantile(np.where(v, w, np.nan), q, axis=0), 1)
+
+
+def ema(x, span):
+    """e = a x + (1 - a) e from the first valid value; a missing value leaves e (and is its result)."""
+    a = 2.0 / (span + 1.0)
+    out = np.full(x.shape, np.nan)
+    for j in range(x.shape[1]):
+        e = np.nan
+        for t in range(x.shape[0]):
+            if not np.isnan(x[t, j]):
+                e = x[t, j] if np.isnan(e) else a * x[t, j] + (1 - a) * e
+            out[t, j] = e
+    return out

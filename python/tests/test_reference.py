@@ -43,6 +43,9 @@ CASES = [
     ("corr", "correlation(A, B, 10)", lambda p: R.ts_corr(p["A"], p["B"], 10)),
     ("cov", "covariance(A, C, 10)", lambda p: R.ts_cov(p["A"], p["C"], 10)),
     ("nested", "mean(window(std(window(A, 5)), 10))", lambda p: R.ts_mean(R.ts_std(p["A"], 5), 10)),
+    ("median", "median(A, 7)", lambda p: R.ts_quantile(p["A"], 7, 0.5)),
+    ("quantile", "quantile(C, 9, 0.3)", lambda p: R.ts_quantile(p["C"], 9, 0.3)),
+    ("ema", "ema(A, 10)", lambda p: R.ema(p["A"], 10)),
     ("rank", "rank(A)", lambda p: R.rank(p["A"])),
     ("zscore", "zscore(C)", lambda p: R.zscore(p["C"])),
     ("demean", "demean(B)", lambda p: R.demean(p["B"])),
@@ -85,6 +88,9 @@ def test_python_expressions_are_the_formulas():
         "unary": abs(C) + fj.sign(C) + fj.sqrt(B) + fj.log(B) + fj.exp(C) - (-A),
         "pow": B ** C + fj.signedpower(C, 2),
         "delta": fj.delta(A, 2),
+        "median": fj.median(fj.window(A, 7)),
+        "quantile": fj.quantile(fj.window(C, 9), 0.3),
+        "ema": fj.ema(A, 10),
     }
     formulas = {name: text for name, text, _ in CASES}
     for name, e in built.items():
@@ -93,6 +99,8 @@ def test_python_expressions_are_the_formulas():
     assert (2 * A).same(fj.parse("2 * A")) and (A - 1).same(fj.parse("A - 1"))
     assert (np.float64(3) * A).same(fj.parse("3 * A")) and (1 / A).same(fj.parse("1 / A"))
     assert (2 ** A).same(fj.parse("pow(2, A)"))
+    for name in ("skew", "kurt", "slope", "rsquare", "resid"):
+        assert getattr(fj, name)(fj.window(A, 12)).same(fj.parse(f"{name}(A, 12)")), name
 
 
 def test_equals_the_cxx_command_bit_for_bit(program, cli_path, tmp_path):
