@@ -86,6 +86,7 @@ inline std::vector<std::pair<std::string, fj::Expr>> all_cuda_op_cases() {
         {"kurt_mp", fj::kurt(window(dA, 30, 5))},
         {"median", fj::median(window(A, 9))},
         {"quantile_mp", fj::quantile(window(B, 16, 3), 0.8)},
+        {"median_long", fj::median(window(A, 250))},  // 250 sorted states a thread (local memory)
         {"slope", fj::slope(window(A, 20))},
         {"rsquare_mp", fj::rsquare(window(dA, 15, 4))},
         {"resid", fj::resid(window(B, 10))},
