@@ -22,7 +22,7 @@ std::unique_ptr<llvm::Module> emit_llvm(const ir::Kernel& kernel, DType dtype, i
 
 // Changes whenever the emitted code changes for the same kernel IR (the emitter, or what it assumes of the
 // runtime): part of the CPU kernel cache's key, so that objects on disk from older code are not linked.
-inline constexpr int kCpuCodegenVersion = 2;
+inline constexpr int kCpuCodegenVersion = 3;
 
 // The emitter's tuning variables that change its code (FJ_CPU_UNROLL, FJ_CPU_ROW_GUARDS; bench/TUNING.md), as
 // text for the cache key.
