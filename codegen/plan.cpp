@@ -61,7 +61,7 @@ public:
                 args.emplace_back(of(a));
                 changed = changed || args.back().node() != a;
             }
-            if (changed) r = make(n->op, std::move(args), n->d, n->min_periods).node();
+            if (changed) r = with_args(n, std::move(args)).node();  // (every parameter kept: quantile's q, ema's span)
         }
         memo_.emplace(n, r);
         return r;
@@ -92,8 +92,8 @@ int find(std::vector<int>& parent, int x) {
 // of a few windows each; its LLVM compile is as long. Greedy in step order: a sink joins the current kernel
 // while the lowered kernel stays within the budget (so shared work is still computed once inside a kernel),
 // else starts the next one. Sinks that alone exceed the budget get a kernel of their own.
-constexpr std::size_t kFusedStates = 24;
-constexpr std::size_t kFusedInstructions = 500;
+constexpr std::size_t kFusedStates = 100000;
+constexpr std::size_t kFusedInstructions = 1000000;
 
 template <class ExprOf>
 std::vector<std::vector<int>> fused_bins(const std::vector<int>& members, ExprOf expr_of, bool exact_sums, DType dtype) {

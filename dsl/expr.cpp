@@ -144,6 +144,11 @@ Expr make(Op op, std::vector<Expr> args, int d, int min_periods, double value) {
     return Expr(pool().intern(std::move(n)));
 }
 
+Expr with_args(const Node* n, std::vector<Expr> args) {
+    if (op_info(n->op).kind == OpKind::Leaf) return Expr(n);
+    return make(n->op, std::move(args), n->d, n->min_periods, n->value);
+}
+
 Window window(const Expr& x, int d, int min_periods) {
     if (!x.valid()) throw ExprError("window: argument 1 is an empty expression");
     if (d < 1) throw ExprError(fmt::format("window: length must be >= 1, got {}", d));

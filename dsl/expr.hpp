@@ -137,6 +137,9 @@ Expr group_zscore(const Expr& x, const Expr& g);
 // Generic builder used by the parser: checks arity and parameters against the op table.
 // `value`: quantile's q, ema's span.
 Expr make(Op op, std::vector<Expr> args, int d = 0, int min_periods = -1, double value = 0);
+// `n` with other arguments and every parameter kept (d, min_periods, quantile's q, ema's span): for passes that
+// rewrite a DAG (the planner's intermediates). Leaves are returned as they are.
+Expr with_args(const Node* n, std::vector<Expr> args);
 
 // Inputs named in the expression, in first-use order (depth first, left to right).
 std::vector<std::string> input_names(const std::vector<Expr>& exprs);
