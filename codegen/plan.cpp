@@ -92,8 +92,8 @@ int find(std::vector<int>& parent, int x) {
 // of a few windows each; its LLVM compile is as long. Greedy in step order: a sink joins the current kernel
 // while the lowered kernel stays within the budget (so shared work is still computed once inside a kernel),
 // else starts the next one. Sinks that alone exceed the budget get a kernel of their own.
-constexpr std::size_t kFusedStates = 100000;
-constexpr std::size_t kFusedInstructions = 1000000;
+constexpr std::size_t kFusedStates = 24;
+constexpr std::size_t kFusedInstructions = 500;
 
 template <class ExprOf>
 std::vector<std::vector<int>> fused_bins(const std::vector<int>& members, ExprOf expr_of, bool exact_sums, DType dtype) {
