@@ -89,38 +89,69 @@ int find(std::vector<int>& parent, int x) {
 // Sinks that fuse (they share inputs or work) cut into kernels of a bounded size: a kernel's states live in
 // registers, and one kernel for every window of a hundred alphas that read `close` (A1: 484 states, 7,219
 // instructions) spills kilobytes per thread and ran 400 times slower on an H200 than the same work in kernels
-// of a few windows each; its LLVM compile is as long. Greedy in step order: a sink joins the current kernel
-// while the lowered kernel stays within the budget (so shared work is still computed once inside a kernel),
-// else starts the next one. Sinks that alone exceed the budget get a kernel of their own.
-constexpr std::size_t kFusedStates = 24;
-constexpr std::size_t kFusedInstructions = 500;
+// of a few windows each; its LLVM compile is as long. A group within kWholeStates and kWholeInstructions stays one
+// kernel (the float64 guards of a nested corr over level shifts hold only with the sums it shares with the other
+// sinks of its kernel: bench/RESULTS.md, fifteenth session). Beyond, each sink, in step order, joins the first kernel that
+// already computes one of its windows (or ema) while that kernel stays within the larger
+// budget, so window sums stay shared and guarded together; otherwise the kernel being filled while it stays
+// within the smaller budget; otherwise it starts a kernel. A sink alone beyond the budgets gets a kernel of its own.
+constexpr std::size_t kWholeStates = 128, kWholeInstructions = 2500;  // a group within these stays one kernel
+constexpr std::size_t kFusedStates = 24, kFusedInstructions = 500;    // sinks that only share inputs
+constexpr std::size_t kSharedStates = 96, kSharedInstructions = 2000; // sinks that share windows
+
+bool stateful(const Node* n) {
+    const OpKind k = op_info(n->op).kind;
+    return k == OpKind::Window || k == OpKind::PairWindow || k == OpKind::Recursive;
+}
 
 template <class ExprOf>
 std::vector<std::vector<int>> fused_bins(const std::vector<int>& members, ExprOf expr_of, bool exact_sums, DType dtype) {
-    std::vector<std::vector<int>> bins;
-    if (members.size() <= 1) {
-        bins.push_back(members);
-        return bins;
-    }
-    std::vector<int> bin;
-    std::vector<const Node*> exprs;
-    for (const int s : members) {
-        exprs.push_back(expr_of(s));
+    struct Bin {
+        std::vector<int> sinks;
+        std::vector<const Node*> exprs;
+        std::set<const Node*> stateful;
+    };
+    std::vector<Bin> bins;
+    auto fits = [&](const Bin& b, const Node* e, std::size_t states, std::size_t instructions) {
+        std::vector<const Node*> exprs = b.exprs;
+        exprs.push_back(e);
         ir::Kernel trial;
         std::set<std::string> reads;
         for (const Node* n : topo_order(exprs))
             if (n->op == Op::Input) reads.insert(n->name);
         trial.inputs.assign(reads.begin(), reads.end());
         lower_region(exprs, exact_sums, dtype, trial);
-        if (!bin.empty() && (trial.states.size() > kFusedStates || trial.body.size() > kFusedInstructions)) {
-            bins.push_back(std::move(bin));
-            bin.clear();
-            exprs.assign(1, expr_of(s));
-        }
-        bin.push_back(s);
+        return trial.states.size() <= states && trial.body.size() <= instructions;
+    };
+    {
+        Bin all;
+        for (const int s : members) all.exprs.push_back(expr_of(s));
+        const Node* last = all.exprs.back();
+        all.exprs.pop_back();
+        if (fits(all, last, kWholeStates, kWholeInstructions)) return {members};
     }
-    bins.push_back(std::move(bin));
-    return bins;
+    for (const int s : members) {
+        const Node* e = expr_of(s);
+        std::set<const Node*> mine;
+        for (const Node* n : topo_order({e}))
+            if (stateful(n)) mine.insert(n);
+        Bin* into = nullptr;
+        for (Bin& b : bins) {
+            const bool shares = std::any_of(mine.begin(), mine.end(), [&](const Node* n) { return b.stateful.count(n) > 0; });
+            if (shares && fits(b, e, kSharedStates, kSharedInstructions)) {
+                into = &b;
+                break;
+            }
+        }
+        if (!into && !bins.empty() && fits(bins.back(), e, kFusedStates, kFusedInstructions)) into = &bins.back();
+        if (!into) into = &bins.emplace_back();
+        into->sinks.push_back(s);
+        into->exprs.push_back(e);
+        into->stateful.insert(mine.begin(), mine.end());
+    }
+    std::vector<std::vector<int>> out;
+    for (Bin& b : bins) out.push_back(std::move(b.sinks));
+    return out;
 }
 
 }  // namespace
