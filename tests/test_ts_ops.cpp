@@ -95,6 +95,18 @@ std::string case_name(const char* op, int d, int mp) {
     return std::string(op) + "_d" + std::to_string(d) + "_mp" + std::to_string(mp);
 }
 
+// op over windows of x of each length, each with min_periods d, d / 2 (d >= 4), 1 (d >= 2) and 0.
+NamedExprs window_cases(const TsOp& op, const Expr& x, std::initializer_list<int> lengths) {
+    NamedExprs prog;
+    for (int d : lengths) {
+        prog.push_back({case_name(op.name, d, d), op.f(fj::window(x, d))});
+        if (d >= 4) prog.push_back({case_name(op.name, d, d / 2), op.f(fj::window(x, d, d / 2))});
+        if (d >= 2) prog.push_back({case_name(op.name, d, 1), op.f(fj::window(x, d, 1))});
+        prog.push_back({case_name(op.name, d, 0), op.f(fj::window(x, d, 0))});
+    }
+    return prog;
+}
+
 double reduce(fj::Op op, std::vector<double> rows, int min_periods) {
     return fj::test::window_reduce_rows(op, rows, min_periods);
 }
@@ -166,16 +178,9 @@ TEST_CASE("formula spellings and round trips") {
 TEST_CASE_TEMPLATE_DEFINE("argmin, argmax, ts_rank, product, decay_linear: every d and min_periods", T, ts_ops_windows) {
     for (const TsOp& op : kOps) {
         CAPTURE(std::string(op.name));
-        NamedExprs prog;
         // product of prices overflows from about 150 rows on (both sides say inf): its long windows take returns.
         const Expr x = op.op == fj::Op::WProduct ? A / fj::delay(A, 1) : A;
-        for (int d : {1, 2, 3, 4, 5, 7, 8, 9, 20, 64, 250}) {
-            prog.push_back({case_name(op.name, d, d), op.f(fj::window(x, d))});
-            if (d >= 4) prog.push_back({case_name(op.name, d, d / 2), op.f(fj::window(x, d, d / 2))});
-            if (d >= 2) prog.push_back({case_name(op.name, d, 1), op.f(fj::window(x, d, 1))});
-            prog.push_back({case_name(op.name, d, 0), op.f(fj::window(x, d, 0))});
-        }
-        program_on_all<T>(prog);
+        program_on_all<T>(window_cases(op, x, {1, 2, 3, 4, 5, 7, 8, 9, 20, 64, 250}));
     }
 }
 TEST_CASE_TEMPLATE_APPLY(ts_ops_windows, fj::test::CpuTargets);
@@ -484,14 +489,7 @@ TEST_CASE("skew, kurt, median, quantile, slope, rsquare, resid, ema: spellings a
 TEST_CASE_TEMPLATE_DEFINE("skew, kurt, median, quantile, slope, rsquare, resid: every d and min_periods", T, more_windows) {
     for (const TsOp& op : kMoreOps) {
         CAPTURE(std::string(op.name));
-        NamedExprs prog;
-        for (int d : {1, 2, 3, 4, 5, 8, 9, 20, 64, 250}) {
-            prog.push_back({case_name(op.name, d, d), op.f(fj::window(A, d))});
-            if (d >= 4) prog.push_back({case_name(op.name, d, d / 2), op.f(fj::window(A, d, d / 2))});
-            if (d >= 2) prog.push_back({case_name(op.name, d, 1), op.f(fj::window(A, d, 1))});
-            prog.push_back({case_name(op.name, d, 0), op.f(fj::window(A, d, 0))});
-        }
-        more_on_all<T>(prog);
+        more_on_all<T>(window_cases(op, A, {1, 2, 3, 4, 5, 8, 9, 20, 64, 250}));
     }
 }
 TEST_CASE_TEMPLATE_APPLY(more_windows, fj::test::CpuTargets);
