@@ -831,6 +831,16 @@ private:
                                 kReducerList, spelling, rank ? " (the time-series rank is ts_rank(window(x, d)))" : ""));
     }
 
+    // The plain (x, d) / (x, y, d) form of a reducer takes no window() argument: the window form has its own arity.
+    void no_windows(const std::vector<Arg>& args, const FnSpec& fn, std::string_view spelling, std::string_view count,
+                    const std::string& usage) const {
+        for (const Arg& a : args)
+            if (a.win) {
+                if (fn.window_form) fail(a.pos, fmt::format("{} of {} arguments takes no window: {}", spelling, count, usage));
+                window_not_allowed(a, spelling);
+            }
+    }
+
     Expr parse_call() {
         DepthGuard guard(*this, peek().pos);
         const std::size_t name_index = i_;
@@ -929,12 +939,7 @@ private:
                 return guarded(name_pos, canonical, sp, [&] { return make(fn.op, {w.x}, w.d, w.min_periods); });
             }
             if (n != 2) arity(fn.window_form ? "1 or 2 arguments" : "2 arguments", usage);
-            for (const Arg& a : args)
-                if (a.win) {
-                    if (fn.window_form)
-                        fail(a.pos, fmt::format("{} of two arguments takes no window: {}", sp, usage));
-                    window_not_allowed(a, sp);
-                }
+            no_windows(args, fn, sp, "two", usage);
             const Expr x = args[0].e;
             if (minmax && !eval_const(args[1].e.node())) {
                 const Op ew = fn.op == Op::WMin ? Op::Min : Op::Max;
@@ -960,12 +965,7 @@ private:
                 return guarded(args[1].pos, canonical, sp, [&] { return quantile(w, q); });
             }
             if (n != 3) arity(fn.window_form ? "2 or 3 arguments" : "3 arguments", usage);
-            for (const Arg& a : args)
-                if (a.win) {
-                    if (fn.window_form)
-                        fail(a.pos, fmt::format("{} of three arguments takes no window: {}", sp, usage));
-                    window_not_allowed(a, sp);
-                }
+            no_windows(args, fn, sp, "three", usage);
             const int d = integer_arg(args[1], sp, "window length");
             const double q = q_of(args[2]);
             return guarded(args[1].pos, canonical, sp, [&] { return quantile(window(args[0].e, d), q); });
@@ -994,12 +994,7 @@ private:
                 });
             }
             if (n != 3) arity(fn.window_form ? "2 or 3 arguments" : "3 arguments", usage);
-            for (const Arg& a : args)
-                if (a.win) {
-                    if (fn.window_form)
-                        fail(a.pos, fmt::format("{} of three arguments takes no window: {}", sp, usage));
-                    window_not_allowed(a, sp);
-                }
+            no_windows(args, fn, sp, "three", usage);
             const int d = integer_arg(args[2], sp, "window length");
             return guarded(args[2].pos, canonical, sp, [&] { return make(fn.op, {args[0].e, args[1].e}, d); });
         }

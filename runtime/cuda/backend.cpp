@@ -427,15 +427,21 @@ void CudaExecutable::enqueue_steps(std::int64_t rows, std::int64_t cols, RunMemo
 // Host panels go through the chunk pipeline when they are all in host memory and big enough for its overlap to
 // pay (or a budget or forced chunking asks for chunks); small ones, and host panels mixed with device panels,
 // are copied whole (run()).
-bool CudaExecutable::use_host_pipeline(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs,
-                                       const RunOptions& options) const {
+namespace {
+std::int64_t panel_bytes(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs) {
     std::int64_t bytes = 0;
     for (const auto* list : {&inputs, &outputs})
-        for (const Panel& p : *list) {
+        for (const Panel& p : *list) bytes += p.rows * p.cols * static_cast<std::int64_t>(dtype_size(p.dtype));
+    return bytes;
+}
+}  // namespace
+
+bool CudaExecutable::use_host_pipeline(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs,
+                                       const RunOptions& options) const {
+    for (const auto* list : {&inputs, &outputs})
+        for (const Panel& p : *list)
             if (p.memory != Memory::Host) return false;
-            bytes += p.rows * p.cols * static_cast<std::int64_t>(dtype_size(p.dtype));
-        }
-    return bytes >= kPipelineBytes || options.max_device_bytes > 0 || options.chunk_rows > 0 || options.chunk_cols > 0;
+    return panel_bytes(inputs, outputs) >= kPipelineBytes || options.max_device_bytes > 0 || options.chunk_rows > 0 || options.chunk_cols > 0;
 }
 
 void CudaExecutable::run_host_pipeline(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs,
@@ -450,9 +456,7 @@ void CudaExecutable::run_host_pipeline(const std::vector<Panel>& inputs, const s
     // What is free, less a margin for the pool's rounding and the kernels' own needs (flags, row scratch).
     r.budget_bytes = options.max_device_bytes > 0 ? options.max_device_bytes : static_cast<std::int64_t>(free / 10 * 9);
     r.in_flight = HostPipeline::kSlots;
-    std::int64_t bytes = 0;
-    for (const auto* list : {&inputs, &outputs})
-        for (const Panel& p : *list) bytes += p.rows * p.cols * static_cast<std::int64_t>(dtype_size(p.dtype));
+    const std::int64_t bytes = panel_bytes(inputs, outputs);
     // Enough chunks for copies and compute to overlap (each stage about a sixteenth of the run at most).
     r.min_chunks = static_cast<int>(std::clamp<std::int64_t>(bytes / kPipelineChunkBytes, 1, 16));
     r.chunk_rows = options.chunk_rows;
