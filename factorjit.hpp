@@ -6,3 +6,5 @@
 #include "dsl/parse.hpp"
 #include "runtime/panel.hpp"
 #include "runtime/program.hpp"
+#include "runtime/host_registration.hpp"
+#include "runtime/devices.hpp"

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <system_error>
 #include <vector>
@@ -152,6 +153,8 @@ void load_driver() {
     resolve(lib, d.cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled", false, &missing);
     resolve(lib, d.cuMemHostAlloc, "cuMemHostAlloc", true, &missing);
     resolve(lib, d.cuMemFreeHost, "cuMemFreeHost", true, &missing);
+    resolve(lib, d.cuMemHostRegister, "cuMemHostRegister_v2", true, &missing);
+    resolve(lib, d.cuMemHostUnregister, "cuMemHostUnregister", true, &missing);
     resolve(lib, d.cuMemcpyHtoD, "cuMemcpyHtoD_v2", true, &missing);
     resolve(lib, d.cuMemcpyDtoH, "cuMemcpyDtoH_v2", true, &missing);
     resolve(lib, d.cuMemcpyDtoD, "cuMemcpyDtoD_v2", true, &missing);
@@ -229,7 +232,8 @@ struct DeviceState {
     Device dev;
     bool ok = false;
     std::string why;
-} g_device;
+};
+DeviceState g_device;  // the default device (FJ_CUDA_DEVICE)
 
 int attr(const Driver& d, int a, CUdevice dev) {
     int v = 0;
@@ -237,21 +241,13 @@ int attr(const Driver& d, int a, CUdevice dev) {
     return v;
 }
 
-void load_device() {
-    DeviceState& s = g_device;
+// Fills s.dev for `ordinal` and retains its primary context, or says in s.why why not.
+void load_device_at(DeviceState& s, int ordinal, int count) {
     const Driver* d = driver(&s.why);
     if (!d) return;
     try {
-        int count = 0;
-        check_cu(d->cuDeviceGetCount(&count), "cuDeviceGetCount");
-        if (count <= 0) {
-            s.why = "no CUDA device found";
-            return;
-        }
-        int ordinal = 0;
-        if (const char* p = std::getenv("FJ_CUDA_DEVICE")) ordinal = std::atoi(p);
         if (ordinal < 0 || ordinal >= count) {
-            s.why = fmt::format("FJ_CUDA_DEVICE={} but {} device(s) exist", ordinal, count);
+            s.why = fmt::format("CUDA device {} requested but {} device(s) exist", ordinal, count);
             return;
         }
         Device& v = s.dev;
@@ -283,6 +279,27 @@ void load_device() {
     }
 }
 
+void load_device() {
+    DeviceState& s = g_device;
+    const int count = device_count();
+    if (count <= 0) {
+        if (!driver(&s.why)) return;
+        s.why = "no CUDA device found";
+        return;
+    }
+    int ordinal = 0;
+    if (const char* p = std::getenv("FJ_CUDA_DEVICE")) ordinal = std::atoi(p);
+    if (ordinal < 0 || ordinal >= count) {
+        s.why = fmt::format("FJ_CUDA_DEVICE={} but {} device(s) exist", ordinal, count);
+        return;
+    }
+    load_device_at(s, ordinal, count);
+}
+
+// Every other device, by ordinal, loaded at first use (several GPUs of one host: RunOptions::devices).
+std::mutex g_devices_mutex;
+std::vector<std::unique_ptr<DeviceState>> g_devices;
+
 }  // namespace
 
 const Driver* driver(std::string* why_not) {
@@ -313,6 +330,33 @@ const Device* device(std::string* why_not) {
     std::call_once(g_device.once, load_device);
     if (!g_device.ok && why_not) *why_not = g_device.why;
     return g_device.ok ? &g_device.dev : nullptr;
+}
+
+int device_count() {
+    const Driver* d = driver();
+    int count = 0;
+    if (!d || d->cuDeviceGetCount(&count) != CUDA_SUCCESS) return 0;
+    return count;
+}
+
+const Device& device_at(int ordinal) {
+    if (const Device* def = device(); def && def->ordinal == ordinal) return *def;
+    const int count = device_count();
+    std::lock_guard<std::mutex> lock(g_devices_mutex);
+    if (static_cast<int>(g_devices.size()) < count) g_devices.resize(static_cast<std::size_t>(count));
+    if (ordinal < 0 || ordinal >= count) {
+        std::string why;
+        if (!driver(&why)) throw BackendError(fmt::format("CUDA device {}: CUDA unavailable: {}", ordinal, why));
+        throw BackendError(fmt::format("CUDA device {} requested but {} device(s) exist (ordinals 0 to {})", ordinal,
+                                       count, count - 1));
+    }
+    auto& slot = g_devices[static_cast<std::size_t>(ordinal)];
+    if (!slot) {
+        slot = std::make_unique<DeviceState>();
+        load_device_at(*slot, ordinal, count);
+    }
+    if (!slot->ok) throw BackendError(fmt::format("CUDA device {}: {}", ordinal, slot->why));
+    return slot->dev;
 }
 
 void make_current(const Device& d) {
@@ -372,6 +416,8 @@ static_assert(fj::rt::cuda::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES == ::CU_FUNC_ATTR
 static_assert(fj::rt::cuda::CU_FUNC_ATTRIBUTE_NUM_REGS == ::CU_FUNC_ATTRIBUTE_NUM_REGS);
 static_assert(fj::rt::cuda::CU_POINTER_ATTRIBUTE_CONTEXT == ::CU_POINTER_ATTRIBUTE_CONTEXT);
 static_assert(fj::rt::cuda::CU_POINTER_ATTRIBUTE_MEMORY_TYPE == ::CU_POINTER_ATTRIBUTE_MEMORY_TYPE);
+static_assert(fj::rt::cuda::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL == ::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL);
+static_assert(fj::rt::cuda::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED == ::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
 static_assert(fj::rt::cuda::CU_MEMORYTYPE_HOST == ::CU_MEMORYTYPE_HOST);
 static_assert(fj::rt::cuda::CU_MEMORYTYPE_DEVICE == ::CU_MEMORYTYPE_DEVICE);
 static_assert(fj::rt::cuda::CU_STREAM_NON_BLOCKING == ::CU_STREAM_NON_BLOCKING);

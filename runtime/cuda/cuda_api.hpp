@@ -54,6 +54,7 @@ inline constexpr int CU_FUNC_ATTRIBUTE_NUM_REGS = 4;
 inline constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 inline constexpr int CU_POINTER_ATTRIBUTE_CONTEXT = 1;
 inline constexpr int CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2;
+inline constexpr int CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9;
 inline constexpr unsigned CU_MEMORYTYPE_HOST = 1;
 inline constexpr unsigned CU_MEMORYTYPE_DEVICE = 2;
 inline constexpr unsigned CU_STREAM_NON_BLOCKING = 1;
@@ -65,6 +66,8 @@ inline constexpr int CU_TENSOR_MAP_SWIZZLE_NONE = 0;
 inline constexpr int CU_TENSOR_MAP_L2_PROMOTION_L2_128B = 2;
 inline constexpr int CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0;
 inline constexpr unsigned CU_MEMHOSTALLOC_PORTABLE = 1;
+inline constexpr unsigned CU_MEMHOSTREGISTER_PORTABLE = 1;
+inline constexpr CUresult CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712;
 
 // cuMemcpy2D's parameters (CUDA_MEMCPY2D_v2): rows of WidthInBytes between two pitched layouts.
 struct CUDA_MEMCPY2D {
@@ -136,6 +139,8 @@ struct Driver {
                                        int interleave, int swizzle, int l2_promotion, int oob_fill);
     CUresult (*cuMemHostAlloc)(void**, std::size_t, unsigned flags);
     CUresult (*cuMemFreeHost)(void*);
+    CUresult (*cuMemHostRegister)(void*, std::size_t, unsigned flags);
+    CUresult (*cuMemHostUnregister)(void*);
     CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, std::size_t);
     CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, std::size_t);
     CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, std::size_t);
@@ -180,7 +185,7 @@ const Nvrtc* nvrtc(std::string* why_not = nullptr);
 const Driver& driver_api();
 const Nvrtc& nvrtc_api();
 
-// The device factorjit runs on, with its primary context retained for the life of the process.
+// A device factorjit runs on, with its primary context retained for the life of the process.
 struct Device {
     CUdevice dev = 0;
     int ordinal = 0;
@@ -198,7 +203,13 @@ struct Device {
 
     std::string arch() const { return "sm_" + std::to_string(cc_major * 10 + cc_minor); }
 };
+// The default device: FJ_CUDA_DEVICE, or 0.
 const Device* device(std::string* why_not = nullptr);
+// Devices the driver sees (0 without a driver).
+int device_count();
+// Device `ordinal` (0 <= ordinal < device_count()), loaded at its first use and kept; throws fj::BackendError
+// naming the ordinal and the devices there are, or why CUDA is unavailable.
+const Device& device_at(int ordinal);
 
 // Makes the primary context current on the calling thread (cheap when it already is).
 void make_current(const Device& d);
