@@ -4,10 +4,17 @@
 # with --peers, /work/shared/peers/rolling_corr_peers.py (copied to .carry/) at 50,000 x $PEERS_N (10,000).
 # A short table comes last. Logs go to $OUT (the device tool's output folder) or /tmp/fj_gpu_out.
 #
-#   bench/gpu_run.sh [--quick] [--peers] [--profile] [--no-tests] [--no-bench] [--no-xcheck] [--kernel-suites] [--a1] [--h1] [--ops]
+#   bench/gpu_run.sh [--quick] [--peers] [--profile] [--no-tests] [--no-bench] [--no-xcheck] [--kernel-suites] [--a1] [--h1] [--ops] [--rank] [--python] [--committed]
 # --ops: factorjit bench of each time-series operator at w = 20 and 250 (20,000 x 5,000 float32 device panels) and
 # of rank over 50,000 x 5,000 (issue 21's Windows and Rank figures), with the GPU's telemetry.
-# --h1: bench_gpu --host: corr w=20 on 50,000 x 50,000 float32 host panels, host to host (issue 22's figure).
+# --rank: rank over 50,000 x 5,000 and 4,000 x 5,000 float32 (factorjit bench) and where the row kernel's warps
+# stall (ncu, bench/gpu_stalls.sh).
+# --python: the Python module built there, its device tests (CuPy, PyTorch) and bench/bench_python.py's overhead
+# and cupy-g1 figures (issue 23).
+# --committed: build the last commit (the copy's uncommitted edits, say of engineers at work beside, are dropped
+# there first: git checkout and clean, .carry and the build folders kept).
+# --h1: bench_gpu --host: issue 22's host-to-host figures (corr w=20 on 50,000 x 50,000 and 50,000 x 10,000 float32
+# host panels: the PCIe and host staging floors, the talk's demo 3, G2a, G2b, G2r, G3) and J2 of run_async and run.
 # --a1: the 101 alphas on 4,000 x 5,000 float32 (bench/alpha_data.py's market): a cold process (empty kernel
 # cache), then a warm-disk-cache one, each with --repeat 3 and FJ_PROFILE's per-step times.
 # --profile: SASS instruction counts of the headline kernel (cuobjdump) and an ncu run of it.
@@ -23,7 +30,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 LOG=${OUT:-/tmp/fj_gpu_out}
 mkdir -p "$LOG"
-QUICK="" PEERS=0 TESTS=1 BENCH=1 PROFILE=0 XCHECK=1 SUITES=0 A1=0 H1=0 OPS=0
+QUICK="" PEERS=0 TESTS=1 BENCH=1 PROFILE=0 XCHECK=1 SUITES=0 A1=0 H1=0 OPS=0 RANK=0 PY=0
 for a in "$@"; do
   case "$a" in
     --quick) QUICK=--quick ;;
@@ -36,6 +43,9 @@ for a in "$@"; do
     --a1) A1=1 ;;
     --h1) H1=1 ;;
     --ops) OPS=1 ;;
+    --rank) RANK=1 ;;
+    --python) PY=1 ;;
+    --committed) git checkout -q -- . && git clean -fdq -e .carry -e build-gpu -e build-py && echo "== the last commit: $(git log -1 --format='%h %s' | cut -c1-80)" ;;
     *) echo "unknown option $a"; exit 2 ;;
   esac
 done
@@ -145,9 +155,33 @@ if [ $OPS = 1 ]; then
   timeout 60 "$BUILD/factorjit" bench -e "rank(A)" --rows 50000 --cols 5000 --repeat 5 2>&1 | grep -E "^median|^GPU"
 fi
 
+if [ $RANK = 1 ]; then
+  for shape in "50000 5000" "4000 5000"; do
+    set -- $shape
+    echo "== rank over $1 x $2 float32 (factorjit bench, device panels)"
+    timeout 60 "$BUILD/factorjit" bench -e "rank(A)" --rows $1 --cols $2 --repeat 7 2>&1 | grep -E "^median|^GPU|floor"
+  done
+  FJ_STALLS_KERNEL=fj_rows FJ_STALLS_CMD="$BUILD/factorjit bench -e rank(A) --rows 20000 --cols 5000 --repeat 2" \
+    timeout 200 bench/gpu_stalls.sh 25 2>&1 | tail -45
+fi
+
+if [ $PY = 1 ]; then
+  echo "== Python module (issue 23): build, device tests, overhead, cupy-g1"
+  cmake -S . -B "$ROOT/build-py" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFJ_WITH_LLVM=OFF -DFJ_BUILD_TESTS=OFF \
+    -DFJ_FMT_INCLUDE="$FMT" > "$LOG/py_cmake.log" 2>&1 && cmake --build "$ROOT/build-py" -j"$JOBS" --target fj_python > "$LOG/py_build.log" 2>&1 \
+    || { tail -30 "$LOG/py_cmake.log" "$LOG/py_build.log"; }
+  PYTHONPATH=$ROOT/build-py/python timeout 300 python3 -m pytest -q -rs python/tests/test_device.py 2>&1 | tail -15
+  for d in cpu cupy torch; do
+    PYTHONPATH=$ROOT/build-py/python timeout 120 python3 bench/bench_python.py overhead --device $d 2>&1 | tail -2
+  done
+  PYTHONPATH=$ROOT/build-py/python timeout 120 python3 bench/bench_python.py cupy-g1 2>&1 | tail -3
+fi
+
 if [ $H1 = 1 ]; then
-  echo "== H1: bench_gpu --host ${H1_T:-50000} ${H1_N:-50000}"
-  timeout 300 "$BUILD/bench_gpu" --host ${H1_T:-50000} ${H1_N:-50000} 2>&1 | tee "$LOG/h1.log" | grep -E "^H1"
+  # 50,000 x 50,000 and the talk's 50,000 x 10,000, or the one size H1_T x H1_N; the whole log in $LOG/h1.log.
+  echo "== H1 floors, demo 3, G2a, G2b, G2r, G3a, G3b, J2: bench_gpu --host ${H1_T:-} ${H1_N:-}"
+  timeout 400 "$BUILD/bench_gpu" --host ${H1_T:-} ${H1_N:-} 2>&1 | tee "$LOG/h1.log" \
+    | grep -E "^(==|H1|G2a|G2b|G2r|G3a|G3b|J2|bench_gpu)"
 fi
 
 if [ $A1 = 1 ]; then

@@ -194,13 +194,14 @@ TEST_CASE_TEMPLATE_DEFINE("every cross-sectional operator against the reference"
 TEST_CASE_TEMPLATE_APPLY(cross_ops, fj::test::CpuTargets);
 TEST_CASE_TEMPLATE_APPLY(cross_ops, fj::test::CudaTargets);
 
-// The CUDA row kernels sort a row's keys in shared memory up to 8,192 columns (float32 rank, zscore, demean and
-// scale, whose keys are packed in one word: 16,384) (runtime/cuda/row_kernels.hpp) and in global memory beyond:
-// rows of 12,000 columns take that path but for the packed ones, which take it at 40,000 (and 5,000 the other
-// path, at its size).
+// The CUDA row kernels (runtime/cuda/row_kernels.hpp) sort float32 rows (but for group_rank) by a radix sort of
+// 12 keys a thread in blocks of ceil(cols / 384) warps while its buffers fit shared memory (383, 384 and 385
+// columns: one warp's keys short, exact and over; rank up to 12,288 columns, the others to about 9,000), and the
+// others by a bitonic sort: in shared memory up to 8,192 columns (float32's packed keys: 16,384) and in global
+// memory beyond (12,000 and 40,000 columns).
 TEST_CASE_TEMPLATE_DEFINE("rows wider than shared memory holds", T, cross_wide) {
     if (!available<T>()) return;
-    for (std::int64_t cols : {5000, 12000, 40000}) {
+    for (std::int64_t cols : {383, 384, 385, 5000, 12000, 12288, 12289, 40000}) {
         CAPTURE(cols);
         const Dataset ds = cross_data("N(0,1) with ties, messy, wide", 3, cols, Flavour::Normal, 61);
         fj::test::check_each(every_cross_op(), ds, T::dtype, T::options());

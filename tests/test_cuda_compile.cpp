@@ -792,6 +792,23 @@ TEST_CASE("the row kernels (cross-sectional operators) compile for both dtypes, 
     CHECK(cu::row_kernel_padded(1) == 2);
     CHECK(cu::row_kernel_padded(5000) == 8192);
     CHECK(cu::row_kernel_padded(8192) == 8192);
+    // Launches (the H200's 232,448 bytes of shared memory a block): float32 rows but for group_rank take the radix
+    // sort in blocks of ceil(cols / 384) warps while its keys, their spare and the counters fit; the rest the
+    // bitonic sort of 1,024 threads.
+    const int smem = 232448;
+    const cu::RowLaunch r5000 = cu::row_kernel_launch(fj::DType::F32, fj::Op::Rank, 5000, smem);
+    CHECK(r5000.radix);
+    CHECK(r5000.threads == 448);
+    CHECK(r5000.padded == 5376);
+    CHECK(r5000.smem_bytes == 5376 * 16 + 14 * 64 * 4);
+    CHECK(cu::row_kernel_launch(fj::DType::F32, fj::Op::Rank, 1, smem).threads == 32);
+    CHECK(cu::row_kernel_launch(fj::DType::F32, fj::Op::Rank, 12288, smem).radix);
+    CHECK_FALSE(cu::row_kernel_launch(fj::DType::F32, fj::Op::Rank, 12289, smem).radix);
+    CHECK_FALSE(cu::row_kernel_launch(fj::DType::F32, fj::Op::ZScore, 12000, smem).radix);  // (groups' starts too)
+    CHECK(cu::row_kernel_launch(fj::DType::F32, fj::Op::ZScore, 8000, smem).radix);
+    CHECK_FALSE(cu::row_kernel_launch(fj::DType::F32, fj::Op::GroupRank, 100, smem).radix);
+    CHECK_FALSE(cu::row_kernel_launch(fj::DType::F64, fj::Op::Rank, 100, smem).radix);
+    CHECK(cu::row_kernel_launch(fj::DType::F64, fj::Op::Rank, 100, smem).threads == 1024);
 }
 
 #else

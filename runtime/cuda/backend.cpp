@@ -549,14 +549,12 @@ void CudaExecutable::run_kernel_step(std::size_t i, std::int64_t rows, std::int6
 void CudaExecutable::run_row_step(const KernelInfo& k, std::int64_t rows, std::int64_t cols, RunMemory& mem, CUstream stream) {
     const LoadedKernel& lk = *k.loaded;
     const Op op = k.row_op->op;
-    const std::int64_t padded = row_kernel_padded(cols);
     const bool grouped = row_kernel_grouped(op);
-    const std::int64_t key_bytes = padded * row_kernel_key_bytes(dtype_, op);
-    const bool in_smem = padded <= row_kernel_smem_columns(dtype_, op, dev_.smem_optin);
-    const std::int64_t blocks = std::min<std::int64_t>(rows, in_smem ? std::int64_t{1} << 30 : 2LL * dev_.sm_count);
+    const RowLaunch l = row_kernel_launch(dtype_, op, cols, dev_.smem_optin);
+    const std::int64_t blocks = std::min<std::int64_t>(rows, l.in_smem ? std::int64_t{1} << 30 : 2LL * dev_.sm_count);
     CUdeviceptr scratch = 0;
-    if (!in_smem) scratch = mem.alloc(static_cast<std::size_t>(blocks * key_bytes));
-    const int smem = in_smem ? static_cast<int>(key_bytes) : 0;
+    if (!l.in_smem) scratch = mem.alloc(static_cast<std::size_t>(blocks * l.padded * row_kernel_key_bytes(dtype_, op)));
+    const int smem = static_cast<int>(l.smem_bytes);
     if (smem > 48 * 1024) FJ_CU(cuFuncSetAttribute, lk.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem);
     const DevView x = view(k.in_refs.at(0));
     const DevView g = grouped ? view(k.in_refs.at(1)) : DevView{0, 0};
@@ -565,9 +563,9 @@ void CudaExecutable::run_row_step(const KernelInfo& k, std::int64_t rows, std::i
         std::uint64_t w[kRowKernelParamWords] = {x.ptr, static_cast<std::uint64_t>(x.ld), g.ptr, static_cast<std::uint64_t>(g.ld),
                                                  o.ptr, static_cast<std::uint64_t>(o.ld), static_cast<std::uint64_t>(rows),
                                                  static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(row_kernel_op_code(op)),
-                                                 static_cast<std::uint64_t>(padded), scratch};
+                                                 static_cast<std::uint64_t>(l.padded), scratch};
         void* params[] = {w};
-        FJ_CU(cuLaunchKernel, lk.fn, static_cast<unsigned>(blocks), 1u, 1u, static_cast<unsigned>(kRowKernelThreads), 1u, 1u,
+        FJ_CU(cuLaunchKernel, lk.fn, static_cast<unsigned>(blocks), 1u, 1u, static_cast<unsigned>(l.threads), 1u, 1u,
               static_cast<unsigned>(smem), stream, params, nullptr);
     }
     if (scratch) mem.release(scratch);
@@ -601,7 +599,7 @@ std::string CudaExecutable::explain() const {
         const KernelInfo& k = kernels_[i];
         const LoadedKernel& lk = *k.loaded;
         if (k.row_op) {
-            out += fmt::format("  row step {}: {} over whole rows, kernel {} ({}, {:.2f} ms), {} registers, blocks of {} threads, "
+            out += fmt::format("  row step {}: {} over whole rows, kernel {} ({}, {:.2f} ms), {} registers, blocks of up to {} threads, "
                                "a block per row, keys sorted in shared memory up to {} columns\n",
                                k.kernel->name, op_name(k.row_op->op), lk.function, cache_source_name(k.source), k.ms, lk.registers,
                                kRowKernelThreads, row_kernel_smem_columns(dtype_, k.row_op->op, dev_.smem_optin));
