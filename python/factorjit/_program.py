@@ -5,6 +5,7 @@ import functools
 import numpy as np
 
 from . import _arrays, _core
+from ._run_options import RunOptions
 
 _DTYPES = {None: None, "float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
 
@@ -66,21 +67,27 @@ class Program:
         """Steps, intermediates, halos, the generated kernel IR and the backend's kernels, for humans."""
         return self._core.explain()
 
-    def run(self, inputs=None, /, **arrays):
-        """Computes every output from the named input arrays (keywords, or a mapping first) and returns
-        ``{name: array}``. See docs/python.md for the array kinds, layouts and dtypes."""
+    def run(self, *args, **arrays):
+        """Computes every output from the named input arrays and returns ``{name: array}``.
+
+        Keywords are always input names. Positional arguments, in any order: a mapping of input names to
+        arrays (for names that are not identifiers) and an ``fj.RunOptions`` (memory budgets, forced chunk
+        sizes, a progress callable), e.g. ``p.run(fj.RunOptions(chunk_rows=4096), close=close)``. See
+        docs/python.md for the array kinds, layouts and dtypes."""
+        inputs, options = _run_arguments(args)
         if inputs is not None:
             arrays = {**inputs, **arrays}
         names = self._core.inputs
         batch = _arrays.prepare_inputs(arrays, names, self.dtype)
         outputs = self._core.outputs
         out, panels = _arrays.allocate_outputs(batch, outputs)
+        core_options = None if options is None else options._core_args()
         if batch.kind == "device":
             # Enqueued on the caller's current stream (Program::run_async), after the work queued there and
             # before what comes next, as the library's own operations are; no wait for the results.
-            self._core.run(batch.panels, panels, _arrays.caller_stream(batch))
+            self._core.run(batch.panels, panels, _arrays.caller_stream(batch), core_options)
         else:
-            self._core.run(batch.panels, panels)
+            self._core.run(batch.panels, panels, None, core_options)
         return _arrays.wrap_outputs(batch, outputs, out)
 
     def __reduce__(self):
@@ -89,6 +96,24 @@ class Program:
     def __repr__(self):
         return (f"factorjit.Program(outputs={self.outputs}, inputs={self.inputs}, backend='{self.backend}', "
                 f"halo={self.halo})")
+
+
+def _run_arguments(args):
+    """(inputs mapping or None, RunOptions or None) from run's positional arguments."""
+    inputs = options = None
+    for a in args:
+        if isinstance(a, RunOptions):
+            if options is not None:
+                raise TypeError("run takes one RunOptions, got two")
+            options = a
+        elif hasattr(a, "keys") and hasattr(a, "__getitem__"):
+            if inputs is not None:
+                raise TypeError("run takes one mapping of inputs (and keywords), got two")
+            inputs = a
+        else:
+            raise TypeError(f"run's positional arguments are a mapping of inputs and a factorjit.RunOptions, got "
+                            f"{type(a).__module__}.{type(a).__qualname__} (arrays go by name: run(close=...))")
+    return inputs, options
 
 
 @functools.lru_cache(maxsize=64)

@@ -7,5 +7,6 @@ PYBIND11_MODULE(_core, m) {
     m.doc() = "factorjit's C++ core; use the `factorjit` package, not this module";
     fj::python::bind_errors(m);
     fj::python::bind_expr(m);
+    fj::python::bind_run_options(m);
     fj::python::bind_program(m);
 }

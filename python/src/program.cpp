@@ -72,15 +72,17 @@ void bind_program(py::module_& m) {
         // Host panels: Program::run, complete on return. Device panels (stream given: the CUstream handle of
         // the caller's library, 0 for the legacy default stream): Program::run_async on that stream, so the
         // run is ordered after the caller's queued work and before what it queues next, without a wait here.
+        // `options`: fj.RunOptions' fields (RunOptionArgs), or None for the defaults.
         .def("run", [](const CoreProgram& p, const std::vector<PanelTuple>& in, const std::vector<PanelTuple>& out,
-                       std::optional<std::uint64_t> stream) {
+                       std::optional<std::uint64_t> stream, std::optional<RunOptionArgs> options) {
             const auto inputs = panels(in), outputs = panels(out);
+            const RunOptions run_opts = options ? run_options(*options) : RunOptions{};
             py::gil_scoped_release release;
             if (stream)
-                p.program.run_async(inputs, outputs, reinterpret_cast<void*>(*stream));
+                p.program.run_async(inputs, outputs, reinterpret_cast<void*>(*stream), run_opts);
             else
-                p.program.run(inputs, outputs);
-        }, py::arg("inputs"), py::arg("outputs"), py::arg("stream") = py::none())
+                p.program.run(inputs, outputs, run_opts);
+        }, py::arg("inputs"), py::arg("outputs"), py::arg("stream") = py::none(), py::arg("options") = py::none())
         // Seconds of each of `repeat` calls of Program::run from C++ on the same panels: the baseline of the
         // per-run overhead benchmark (bench/bench_python.py).
         .def("_time_run", [](const CoreProgram& p, const std::vector<PanelTuple>& in, const std::vector<PanelTuple>& out,
