@@ -1,6 +1,7 @@
 #include "runtime/devices.hpp"
 
 #include <cctype>
+#include <algorithm>
 #include <cstdint>
 
 #include <fmt/format.h>
@@ -32,7 +33,9 @@ std::vector<int> parse_devices(const std::string& text, int available) {
         for (int d = 0; d < available; ++d) all.push_back(d);
         return all;
     }
+    // The whole list's syntax first, then the ordinals against the devices there are.
     std::vector<int> list;
+    std::vector<std::string> entries;
     std::size_t at = 0;
     while (true) {
         const std::size_t comma = text.find(',', at);
@@ -44,14 +47,15 @@ std::vector<int> parse_devices(const std::string& text, int available) {
             if (!std::isdigit(static_cast<unsigned char>(c)))
                 throw InputError(fmt::format("devices '{}': '{}' is not a device ordinal (expected 'all' or ordinals "
                                              "such as 0,1)", text, entry));
-            v = v * 10 + (c - '0');
-            if (v > 1'000'000) break;
+            v = std::min<std::int64_t>(v * 10 + (c - '0'), 1'000'000'000);
         }
-        if (v >= available) throw InputError(fmt::format("devices '{}': there is no device {}: {}", text, entry, there));
         list.push_back(static_cast<int>(v));
+        entries.push_back(entry);
         if (comma == std::string::npos) break;
         at = comma + 1;
     }
+    for (std::size_t i = 0; i < list.size(); ++i)
+        if (list[i] >= available) throw InputError(fmt::format("devices '{}': there is no device {}: {}", text, entries[i], there));
     return list;
 }
 

@@ -198,6 +198,8 @@ void check_options(const RunOptions& options) {
     if (options.chunk_rows > 0 && options.chunk_cols > 0)
         throw InputError("RunOptions: chunk_rows and chunk_cols are both set; a run is chunked over time or over "
                          "columns, not both");
+    for (int d : options.devices)
+        if (d < 0) throw InputError(fmt::format("RunOptions::devices: {} is not a device ordinal (negative)", d));
 }
 
 }  // namespace

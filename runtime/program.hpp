@@ -62,6 +62,14 @@ struct RunOptions {
     // that waits for the chunk), never concurrently for one run. An exception it throws stops the run and
     // propagates out of run(). Called at least once (at the end) when set.
     std::function<void(const RunProgress&)> progress;
+    // The GPUs (CUDA device ordinals) a run of host panels spreads its chunks over time across, each with its
+    // own context, streams, pinned staging and device budget (max_device_bytes applies to each device).
+    // Empty: the program's one device (FJ_CUDA_DEVICE, default 0), as without this option. Every GPU:
+    // fj::all_cuda_devices() (runtime/devices.hpp). An ordinal may appear twice ({0, 0}: two workers share
+    // device 0 and its budget), a testing aid for the hand-out on a machine with one GPU. Panels in device
+    // memory run on the device that holds them whatever this says; device panels mixed with host panels,
+    // or panels on two devices, are refused (fj::InputError) when it is set. The CPU backend ignores it.
+    std::vector<int> devices;
 };
 
 // A run that failed after it started: a chunk, an allocation or a kernel failed. The message names the

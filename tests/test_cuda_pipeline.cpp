@@ -4,8 +4,11 @@
 // Every case skips with a message where there is no GPU.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -13,6 +16,8 @@
 
 #include "factorjit.hpp"
 #include "test_data.hpp"
+
+#include <fmt/format.h>
 
 #ifdef FJ_WITH_CUDA
 #include "runtime/backend.hpp"
@@ -285,6 +290,243 @@ TEST_CASE("run_async on device panels enqueues on the caller's stream; two progr
     cu::driver_api().cuStreamDestroy(s1);
     cu::driver_api().cuStreamDestroy(s2);
     for (auto& [name, ptr] : dev) cu::driver_api().cuMemFree(ptr);
+}
+
+namespace {
+// Whether the driver reports [p, p + bytes) as page-locked host memory (both ends asked, as the pipeline does).
+bool locked_range(const void* p, std::size_t bytes) {
+    for (const char* at : {static_cast<const char*>(p), static_cast<const char*>(p) + bytes - 1}) {
+        unsigned type = 0;
+        if (cu::driver_api().cuPointerGetAttribute(&type, cu::CU_POINTER_ATTRIBUTE_MEMORY_TYPE, reinterpret_cast<cu::CUdeviceptr>(at)) !=
+                cu::CUDA_SUCCESS ||
+            type != cu::CU_MEMORYTYPE_HOST)
+            return false;
+    }
+    return true;
+}
+}  // namespace
+
+// Page-aligned arrays of whole pages: two registrations never share a page (the driver locks whole pages).
+struct PageArray {
+    float* data = nullptr;
+    std::size_t elems = 0;
+    explicit PageArray(std::size_t n) : elems(n) {
+        const std::size_t bytes = (n * sizeof(float) + 4095) / 4096 * 4096;
+        data = static_cast<float*>(std::aligned_alloc(4096, bytes));
+        REQUIRE(data != nullptr);
+        std::fill(data, data + n, -7.0f);
+    }
+    ~PageArray() { std::free(data); }
+    PageArray(const PageArray&) = delete;
+    PageArray& operator=(const PageArray&) = delete;
+    std::size_t bytes() const { return elems * sizeof(float); }
+};
+
+TEST_CASE("register_host: the caller's arrays page-locked by a handle, runs on them equal to pageable runs, unlocked after") {
+    if (!gpu_here()) return;
+    const fj::test::Dataset ds = fj::test::dataset("price, messy", 3000, 263, fj::test::messy(fj::test::Flavour::Price), 97, {"A", "B"});
+    fj::CompileOptions o;
+    o.backend = fj::Backend::Cuda;
+    const fj::Program p = fj::compile(pipeline_program(), o);
+    fj::RunOptions ro;
+    ro.chunk_rows = 997;
+    HostRun<float> pageable(ds, p);
+    p.run(pageable.in_panels, pageable.out_panels, ro);
+    const std::size_t n = static_cast<std::size_t>(ds.rows * ds.cols);
+    std::map<std::string, std::unique_ptr<PageArray>> arrays;
+    std::map<std::string, fj::Panel> in, out;
+    for (const auto& [name, v] : pageable.in) {
+        arrays[name] = std::make_unique<PageArray>(n);
+        std::memcpy(arrays[name]->data, v.data(), n * sizeof(float));
+        in[name] = fj::Panel::host(arrays[name]->data, ds.rows, ds.cols);
+    }
+    for (const auto& [name, v] : pageable.out) {
+        arrays["out " + name] = std::make_unique<PageArray>(n);
+        out[name] = fj::Panel::host(arrays["out " + name]->data, ds.rows, ds.cols);
+    }
+    {
+        std::vector<fj::HostRegistration> handles;
+        for (const auto& [name, a] : arrays) {
+            REQUIRE_FALSE(locked_range(a->data, a->bytes()));
+            handles.push_back(fj::register_host(a->data, a->bytes()));
+            CHECK(handles.back().data() == a->data);
+            CHECK(handles.back().bytes() == a->bytes());
+            CHECK(locked_range(a->data, a->bytes()));
+        }
+        // Registering a range again is the driver's error, reported with the address, not a crash.
+        CHECK_THROWS_AS(fj::register_host(arrays.at("A")->data, arrays.at("A")->bytes()), fj::BackendError);
+        for (int repeat = 0; repeat < 2; ++repeat) {  // registered once, run twice
+            for (const auto& [name, a] : arrays)
+                if (name.rfind("out ", 0) == 0) std::fill(a->data, a->data + n, -7.0f);
+            p.run(in, out, ro);
+            for (const auto& [name, v] : pageable.out) {
+                CAPTURE(name);
+                CHECK(std::memcmp(arrays.at("out " + name)->data, v.data(), n * sizeof(float)) == 0);
+            }
+            for (const auto& [name, v] : pageable.in) CHECK(std::memcmp(arrays.at(name)->data, v.data(), n * sizeof(float)) == 0);
+        }
+        fj::HostRegistration moved = std::move(handles.front());  // a move hands the registration over
+        CHECK_FALSE(handles.front());
+        CHECK(moved);
+        moved.reset();
+        CHECK_FALSE(moved);
+        CHECK_FALSE(locked_range(arrays.begin()->second->data, arrays.begin()->second->bytes()));
+    }
+    for (const auto& [name, a] : arrays) CHECK_FALSE(locked_range(a->data, a->bytes()));  // the handles unregistered them
+    CHECK_THROWS_AS(fj::register_host(nullptr, 16), fj::InputError);
+}
+
+// ---- Several devices (RunOptions::devices). With one GPU, {d, d} runs two workers on it: the hand-out, the
+// ordering of chunks and the failure paths are the same code as on several GPUs.
+
+TEST_CASE("devices {d} and {d, d}: host panels equal to the plain run, pageable and registered; progress over workers") {
+    if (!gpu_here()) return;
+    const int d = cu::device()->ordinal;
+    const fj::test::Dataset ds = fj::test::dataset("price, messy", 3000, 263, fj::test::messy(fj::test::Flavour::Price), 98, {"A", "B"});
+    fj::CompileOptions o;
+    o.backend = fj::Backend::Cuda;
+    const fj::Program p = fj::compile(pipeline_program(), o);
+    fj::RunOptions same_chunks;
+    same_chunks.chunk_rows = 250;  // the chunks of every run below: then results are equal bit for bit
+    HostRun<float> plain(ds, p);
+    p.run(plain.in_panels, plain.out_panels, same_chunks);
+    HostRun<float> unchunked(ds, p);
+    p.run(unchunked.in_panels, unchunked.out_panels);
+    for (const std::vector<int>& devices : {std::vector<int>{d}, std::vector<int>{d, d}, std::vector<int>{d, d, d}}) {
+        CAPTURE(devices.size());
+        HostRun<float> run(ds, p);
+        fj::RunOptions ro = same_chunks;
+        ro.devices = devices;
+        std::vector<fj::RunProgress> seen;
+        ro.progress = [&](const fj::RunProgress& pr) { seen.push_back(pr); };
+        p.run(run.in_panels, run.out_panels, ro);
+        check_close(run.out, plain.out, 0.0);
+        for (const auto& [name, v] : plain.in) CHECK(std::memcmp(run.in.at(name).data(), v.data(), v.size() * sizeof(float)) == 0);
+        REQUIRE(seen.size() == 12u);  // 3000 rows in chunks of 250
+        for (std::size_t i = 0; i < seen.size(); ++i) CHECK(seen[i].chunks_done == static_cast<std::int64_t>(i) + 1);
+        CHECK(seen.back().rows_done == ds.rows);
+        CHECK(seen.back().bytes_out == static_cast<std::int64_t>(ds.rows * ds.cols * 4 * sizeof(float)));
+        // The planner's own chunks (not forced): within the contract of the unchunked run.
+        HostRun<float> planned(ds, p);
+        fj::RunOptions free_chunks;
+        free_chunks.devices = devices;
+        p.run(planned.in_panels, planned.out_panels, free_chunks);
+        check_close(planned.out, unchunked.out, 2e-5);
+    }
+    // Registered (page-locked) caller memory: DMA straight from it on every worker.
+    const std::size_t n = static_cast<std::size_t>(ds.rows * ds.cols);
+    std::map<std::string, std::unique_ptr<PageArray>> arrays;
+    std::map<std::string, fj::Panel> in, out;
+    std::vector<fj::HostRegistration> handles;
+    for (const auto& [name, v] : plain.in) {
+        arrays[name] = std::make_unique<PageArray>(n);
+        std::memcpy(arrays[name]->data, v.data(), n * sizeof(float));
+        in[name] = fj::Panel::host(arrays[name]->data, ds.rows, ds.cols);
+        handles.push_back(fj::register_host(arrays[name]->data, arrays[name]->bytes()));
+    }
+    for (const auto& [name, v] : plain.out) {
+        arrays["out " + name] = std::make_unique<PageArray>(n);
+        out[name] = fj::Panel::host(arrays["out " + name]->data, ds.rows, ds.cols);
+        handles.push_back(fj::register_host(arrays["out " + name]->data, arrays["out " + name]->bytes()));
+    }
+    fj::RunOptions ro = same_chunks;
+    ro.devices = {d, d};
+    p.run(in, out, ro);
+    for (const auto& [name, v] : plain.out) {
+        CAPTURE(name);
+        CHECK(std::memcmp(arrays.at("out " + name)->data, v.data(), n * sizeof(float)) == 0);
+    }
+}
+
+TEST_CASE("devices with device panels: they run on the device that holds them; mixed with host panels, refused; unknown devices refused") {
+    if (!gpu_here()) return;
+    using namespace fj;
+    const int d = cu::device()->ordinal;
+    const test::Dataset ds = test::dataset("price, messy", 1500, 257, test::messy(test::Flavour::Price), 99, {"A", "B"});
+    CompileOptions o;
+    o.backend = Backend::Cuda;
+    const Program p = compile(pipeline_program(), o);
+    HostRun<float> want(ds, p);
+    p.run(want.in_panels, want.out_panels);
+
+    cu::make_current(*cu::device());
+    const std::size_t bytes = static_cast<std::size_t>(ds.rows * ds.cols) * sizeof(float);
+    std::map<std::string, cu::CUdeviceptr> dev;
+    auto dalloc = [&](const std::string& name) {
+        FJ_CU(cuMemAlloc, &dev[name], bytes);
+        return Panel::device(dev[name], ds.rows, ds.cols, ds.cols, DType::F32);
+    };
+    std::map<std::string, Panel> in, out;
+    for (const auto& [name, v] : want.in) {
+        in[name] = dalloc(name);
+        FJ_CU(cuMemcpyHtoD, dev[name], v.data(), bytes);
+    }
+    for (const auto& [name, v] : want.out) out[name] = dalloc("out " + name);
+    RunOptions ro;
+    ro.devices = {d, d};
+    p.run(in, out, ro);
+    std::map<std::string, std::vector<float>> got;
+    for (const auto& [name, v] : want.out) {
+        got[name].resize(v.size());
+        FJ_CU(cuMemcpyDtoH, got[name].data(), dev["out " + name], bytes);
+    }
+    check_close(got, want.out, 0.0);
+
+    // Device inputs with host outputs while devices is set: refused before anything is written.
+    HostRun<float> mixed(ds, p);
+    CHECK_THROWS_WITH_AS(p.run(in, mixed.out_panels, ro), doctest::Contains("RunOptions::devices is set"), InputError);
+    for (const auto& [name, v] : mixed.out)
+        CHECK(std::all_of(v.begin(), v.end(), [](float x) { return x == -7.0f; }));
+    // Without devices, mixed panels run as before (host panels copied whole to the device panels' device).
+    p.run(in, mixed.out_panels);
+    check_close(mixed.out, want.out, 0.0);
+
+    HostRun<float> nowhere(ds, p);
+    RunOptions bad;
+    bad.devices = {cu::device_count()};  // one past the last device
+    CHECK_THROWS_WITH_AS(p.run(nowhere.in_panels, nowhere.out_panels, bad), doctest::Contains("RunOptions::devices names device"), InputError);
+    for (auto& [name, ptr] : dev) cu::driver_api().cuMemFree(ptr);
+}
+
+TEST_CASE("devices {d, d}: a failure on one worker stops the run, names the device and the chunk; the next run is right") {
+    if (!gpu_here()) return;
+    const int d = cu::device()->ordinal;
+    const fj::test::Dataset ds = fj::test::dataset("price, messy", 3000, 263, fj::test::messy(fj::test::Flavour::Price), 100, {"A", "B"});
+    fj::CompileOptions o;
+    o.backend = fj::Backend::Cuda;
+    const fj::Program p = fj::compile(pipeline_program(), o);
+    fj::RunOptions ro;
+    ro.chunk_rows = 200;
+    HostRun<float> want(ds, p);
+    p.run(want.in_panels, want.out_panels, ro);
+    ro.devices = {d, d};
+    for (auto [kind, n] : {std::pair{fj::rt::FaultKind::Chunk, 5}, std::pair{fj::rt::FaultKind::Alloc, 3}, std::pair{fj::rt::FaultKind::Alloc, 30}}) {
+        CAPTURE(static_cast<int>(kind));
+        CAPTURE(n);
+        HostRun<float> failed(ds, p);
+        std::int64_t last_done = 0;
+        fj::RunOptions failing = ro;
+        failing.progress = [&](const fj::RunProgress& pr) { last_done = pr.chunks_done; };
+        fj::rt::testing::fail_at(kind, n);
+        std::string message;
+        try {
+            p.run(failed.in_panels, failed.out_panels, failing);
+        } catch (const fj::RunError& e) {
+            message = e.what();
+        }
+        fj::rt::testing::fail_at(kind, 0);
+        CAPTURE(message);
+        REQUIRE_FALSE(message.empty());
+        CHECK(message.find(fmt::format("cuda device {}", d)) != std::string::npos);
+        CHECK(message.find("worker") != std::string::npos);
+        if (kind == fj::rt::FaultKind::Chunk) CHECK(message.find("in chunk") != std::string::npos);
+        CHECK(last_done < 15);  // stopped: not every chunk was delivered
+        for (const auto& [name, v] : want.in)
+            CHECK(std::memcmp(failed.in.at(name).data(), v.data(), v.size() * sizeof(float)) == 0);
+        HostRun<float> after(ds, p);
+        p.run(after.in_panels, after.out_panels, ro);
+        check_close(after.out, want.out, 0.0);
+    }
 }
 
 #else

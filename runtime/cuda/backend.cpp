@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -18,6 +19,7 @@
 #include "runtime/backend.hpp"
 #include "runtime/cuda/compile.hpp"
 #include "runtime/chunk_plan.hpp"
+#include "runtime/chunk_queue.hpp"
 #include "runtime/cuda/cuda_api.hpp"
 #include "runtime/cuda/host_pipeline.hpp"
 #include "runtime/cuda/launch_config.hpp"
@@ -101,6 +103,9 @@ struct SpecializeRequest {
 using Specializer = std::function<void(std::vector<SpecializeRequest>&)>;
 
 class CudaBackend;
+// The backend of device `ordinal` (the default one for the program's device), made at first use: several GPUs of
+// one host each load their own modules into their own primary context (RunOptions::devices).
+BackendImpl& backend_on(int ordinal);
 
 // Events between a run's phases (FJ_PROFILE): mark(i) records event i on the stream; intervals() gives the
 // times between consecutive marks after the stream is synchronized (the first from the run's first event).
@@ -182,7 +187,16 @@ private:
     void run_row_step(const KernelInfo& k, std::int64_t rows, std::int64_t cols, RunMemory& mem, CUstream stream);
     // Host panels through the chunk pipeline (runtime/cuda/host_pipeline.hpp): which runs take it, and the run.
     bool use_host_pipeline(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs, const RunOptions& options) const;
-    void run_host_pipeline(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs, const RunOptions& options);
+    // `workers`: the device ordinal of each worker (the program's device alone, or RunOptions::devices).
+    void run_host_pipeline(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs, const RunOptions& options,
+                           const std::vector<int>& workers);
+    // The device that holds the run's device panels (-1: none), after checking they are all on one device and,
+    // where RunOptions::devices is set, that no host panel is mixed with them.
+    int device_of_panels(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs, const RunOptions& options) const;
+    // This plan as executable on device `ordinal` for the k-th worker there (this one for the program's device's
+    // first): prepared at first use, kept. Each has its own streams, pipeline and per-run scratch, so workers on
+    // one device do not share state. Called with run_mutex_ held.
+    CudaExecutable& replica(int ordinal, int k);
     void append_tensor_maps(const KernelInfo& k, std::int64_t rows, std::int64_t cols, int box_rows);
 
     const Device& dev_;
@@ -194,6 +208,7 @@ private:
     double prepare_ms_ = 0;
     CUstream stream_ = nullptr;
     std::unique_ptr<HostPipeline> pipeline_;  // made at the first run of host panels through it
+    std::map<std::pair<int, int>, std::unique_ptr<Executable>> replicas_;  // see replica()
     const bool profile_ = std::getenv("FJ_PROFILE") != nullptr;
     // Per-run scratch, reused (one run at a time: run_mutex_).
     std::mutex run_mutex_;
@@ -331,8 +346,27 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
         if (options.progress) options.progress(RunProgress{});
         return;
     }
+    const int holder = device_of_panels(inputs, outputs, options);
+    if (holder >= 0 && holder != dev_.ordinal) {  // device panels run where they are
+        RunOptions here = options;
+        here.devices.clear();
+        replica(holder, 0).run(inputs, outputs, here);  // (it takes its own run_mutex_)
+        make_current(dev_);
+        return;
+    }
+    if (holder < 0 && !options.devices.empty()) {
+        const int count = device_count();
+        for (int d : options.devices)
+            if (d >= count)
+                throw InputError(fmt::format("cuda: RunOptions::devices names device {} but {} device(s) exist (ordinals 0 to {})",
+                                             d, count, count - 1));
+        if (options.devices != std::vector<int>{dev_.ordinal}) {
+            run_host_pipeline(inputs, outputs, options, options.devices);
+            return;
+        }
+    }
     if (use_host_pipeline(inputs, outputs, options)) {
-        run_host_pipeline(inputs, outputs, options);
+        run_host_pipeline(inputs, outputs, options, {dev_.ordinal});
         return;
     }
     const auto t_run = std::chrono::steady_clock::now();
@@ -444,32 +478,121 @@ bool CudaExecutable::use_host_pipeline(const std::vector<Panel>& inputs, const s
     return panel_bytes(inputs, outputs) >= kPipelineBytes || options.max_device_bytes > 0 || options.chunk_rows > 0 || options.chunk_cols > 0;
 }
 
+int CudaExecutable::device_of_panels(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs,
+                                     const RunOptions& options) const {
+    int holder = -1;
+    std::string holder_name, host_name;
+    for (int role = 0; role < 2; ++role) {
+        const std::vector<Panel>& list = role == 0 ? inputs : outputs;
+        for (std::size_t i = 0; i < list.size(); ++i) {
+            const std::string name = fmt::format("{} '{}'", role == 0 ? "input" : "output",
+                                                 role == 0 ? plan_.inputs.at(i) : plan_.outputs.at(i));
+            if (list[i].memory != Memory::Cuda) {
+                if (host_name.empty()) host_name = name;
+                continue;
+            }
+            // Memory the driver does not place on a device (mapped host memory passed as a device panel) runs on
+            // the program's device, as it always did.
+            int ordinal = dev_.ordinal;
+            if (driver_api().cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                                   reinterpret_cast<CUdeviceptr>(list[i].data)) != CUDA_SUCCESS)
+                ordinal = dev_.ordinal;
+            if (holder >= 0 && ordinal != holder)
+                throw InputError(fmt::format("cuda: {} is on device {} and {} on device {}: a run's device panels must be "
+                                             "on one device (copy them there first)",
+                                             holder_name, holder, name, ordinal));
+            if (holder < 0) {
+                holder = ordinal;
+                holder_name = name;
+            }
+        }
+    }
+    if (holder >= 0 && !host_name.empty() && !options.devices.empty())
+        throw InputError(fmt::format("cuda: {} is in host memory and {} on device {}, and RunOptions::devices is set: "
+                                     "a run over several devices takes host panels only, a run of device panels runs on "
+                                     "the device that holds them (leave devices empty, or pass host panels only)",
+                                     host_name, holder_name, holder));
+    return holder;
+}
+
+CudaExecutable& CudaExecutable::replica(int ordinal, int k) {
+    if (ordinal == dev_.ordinal && k == 0) return *this;
+    auto& slot = replicas_[{ordinal, k}];
+    if (!slot) {
+        slot = backend_on(ordinal).prepare(plan_, dtype_, options_);
+        make_current(dev_);  // (prepare made its device current on this thread)
+    }
+    return static_cast<CudaExecutable&>(*slot);
+}
+
 void CudaExecutable::run_host_pipeline(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs,
-                                       const RunOptions& options) {
+                                       const RunOptions& options, const std::vector<int>& workers) {
     const Panel& shape = !outputs.empty() ? outputs[0] : inputs.at(0);
+    const int n_workers = static_cast<int>(workers.size());
+    std::vector<CudaExecutable*> ex;
+    std::map<int, int> on_device;  // workers per device ordinal
+    for (int d : workers) ex.push_back(&replica(d, on_device[d]++));
     ChunkRequest r;
     r.rows = shape.rows;
     r.cols = shape.cols;
     r.dtype = dtype_;
-    std::size_t free = 0, total = 0;
-    FJ_CU(cuMemGetInfo, &free, &total);
-    // What is free, less a margin for the pool's rounding and the kernels' own needs (flags, row scratch).
-    r.budget_bytes = options.max_device_bytes > 0 ? options.max_device_bytes : static_cast<std::int64_t>(free / 10 * 9);
+    // Each device's budget (what is free, less a margin for the pool's rounding and the kernels' own needs: flags,
+    // row scratch; or max_device_bytes), shared by the workers on it; one chunk plan for all, so the smallest share
+    // sizes the chunks and every worker's slots fit its device.
+    r.budget_bytes = std::numeric_limits<std::int64_t>::max();
+    for (const auto& [ordinal, count] : on_device) {
+        std::int64_t budget = options.max_device_bytes;
+        if (budget <= 0) {
+            const Device& d = ordinal == dev_.ordinal ? dev_ : device_at(ordinal);
+            make_current(d);
+            std::size_t free = 0, total = 0;
+            FJ_CU(cuMemGetInfo, &free, &total);
+            budget = static_cast<std::int64_t>(free / 10 * 9);
+        }
+        r.budget_bytes = std::min(r.budget_bytes, budget / count);
+    }
+    make_current(dev_);
     r.in_flight = HostPipeline::kSlots;
     const std::int64_t bytes = panel_bytes(inputs, outputs);
-    // Enough chunks for copies and compute to overlap (each stage about a sixteenth of the run at most).
+    // Enough chunks for copies and compute to overlap (each stage about a sixteenth of the run at most), and for
+    // each worker's slots to fill.
     r.min_chunks = static_cast<int>(std::clamp<std::int64_t>(bytes / kPipelineChunkBytes, 1, 16));
+    if (n_workers > 1) r.min_chunks = std::max(r.min_chunks, n_workers * HostPipeline::kSlots);
     r.chunk_rows = options.chunk_rows;
     r.chunk_cols = options.chunk_cols;
     const ChunkPlan chunks = plan_chunks(plan_, r);
-    if (!pipeline_) pipeline_ = std::make_unique<HostPipeline>(dev_);
-    pipeline_->run(chunks, inputs, outputs, dtype_, options,
-                   [this](const std::vector<DevView>& ins, const std::vector<DevView>& outs, std::int64_t rows,
-                          std::int64_t cols, RunMemory& mem, CUstream s) {
-                       in_views_ = ins;
-                       out_views_ = outs;
-                       enqueue_steps(rows, cols, mem, s, nullptr);
-                   });
+    ChunkQueue queue(chunks.count);
+    SharedProgress progress(chunks, options, queue);
+    auto work = [&](int w) {
+        CudaExecutable& e = *ex[static_cast<std::size_t>(w)];
+        // This executable's run_mutex_ is held by run(); a replica's is taken here, for its scratch and pipeline.
+        std::unique_lock<std::mutex> lock(e.run_mutex_, std::defer_lock);
+        if (&e != this) lock.lock();
+        const std::string label = n_workers == 1 && workers[0] == dev_.ordinal
+                                      ? std::string("cuda")
+                                      : fmt::format("cuda device {} ({}), worker {} of {}", e.dev_.ordinal, e.dev_.name, w + 1, n_workers);
+        try {
+            make_current(e.dev_);
+            if (!e.stream_) FJ_CU(cuStreamCreate, &e.stream_, 0u);
+            if (!e.pipeline_) e.pipeline_ = std::make_unique<HostPipeline>(e.dev_);
+        } catch (const Error& err) {
+            throw RunError(fmt::format("{}: could not start: {}", label, err.what()));
+        }
+        e.pipeline_->run(chunks, queue, progress, inputs, outputs, dtype_, label,
+                         [&e](const std::vector<DevView>& ins, const std::vector<DevView>& outs, std::int64_t rows,
+                              std::int64_t cols, RunMemory& mem, CUstream s) {
+                             e.in_views_ = ins;
+                             e.out_views_ = outs;
+                             e.enqueue_steps(rows, cols, mem, s, nullptr);
+                         });
+    };
+    try {
+        run_workers(n_workers, queue, work);
+    } catch (...) {
+        make_current(dev_);
+        throw;
+    }
+    make_current(dev_);
 }
 
 // FJ_PROFILE: where a run's time went, on stderr after each run: the copies in (from the start of the run,
@@ -595,6 +718,9 @@ void CudaExecutable::append_tensor_maps(const KernelInfo& k, std::int64_t rows, 
 std::string CudaExecutable::explain() const {
     std::string out = fmt::format("backend cuda: {} ({}, {} SMs), {}, {} kernel(s), prepared in {:.2f} ms\n", dev_.name,
                                   dev_.arch(), dev_.sm_count, dtype_name(dtype_), kernels_.size(), prepare_ms_);
+    for (const auto& [where, r] : replicas_)  // RunOptions::devices: the same kernels loaded for other workers
+        out += fmt::format("  also loaded for worker {} on device {} ({})\n", where.second + 1, where.first,
+                           static_cast<const CudaExecutable&>(*r).dev_.name);
     for (std::size_t i = 0; i < kernels_.size(); ++i) {
         const KernelInfo& k = kernels_[i];
         const LoadedKernel& lk = *k.loaded;
@@ -642,6 +768,7 @@ public:
     CudaBackend(const Device& dev, NvrtcTarget target) : dev_(dev), target_(std::move(target)) {}
     const char* name() const override { return "cuda"; }
     bool runs_row_steps() const override { return true; }
+    const Device& device() const { return dev_; }
     std::unique_ptr<Executable> prepare(const codegen::Plan& plan, DType dtype, const CompileOptions& options) override;
 
 private:
@@ -653,6 +780,25 @@ private:
     std::mutex mutex_;
     std::map<std::string, std::shared_ptr<const LoadedKernel>> loaded_;
 };
+
+BackendImpl& backend_on(int ordinal) {
+    auto* main = static_cast<CudaBackend*>(cuda_backend());
+    if (!main) {
+        std::string why;
+        cuda_backend(&why);
+        throw BackendError("cuda: no CUDA backend: " + why);
+    }
+    if (ordinal == main->device().ordinal) return *main;
+    static std::mutex mutex;
+    static std::map<int, std::unique_ptr<CudaBackend>> others;
+    std::lock_guard<std::mutex> lock(mutex);
+    auto& b = others[ordinal];
+    if (!b) {
+        const Device& d = device_at(ordinal);
+        b = std::make_unique<CudaBackend>(d, nvrtc_target(d.cc_major, d.cc_minor));
+    }
+    return *b;
+}
 
 std::shared_ptr<const LoadedKernel> CudaBackend::load(const std::string& key, const CacheEntry& e,
                                                       const KernelChoice& choice) {

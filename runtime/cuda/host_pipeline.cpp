@@ -1,7 +1,6 @@
 #include "runtime/cuda/host_pipeline.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <exception>
 
@@ -123,10 +122,9 @@ HostPipeline::Slot& HostPipeline::slot(int s, std::size_t in_bytes, std::size_t 
     return sl;
 }
 
-void HostPipeline::run(const ChunkPlan& chunks, const std::vector<Panel>& inputs, const std::vector<Panel>& outputs,
-                       DType dtype, const RunOptions& options, const Enqueue& enqueue) {
+void HostPipeline::run(const ChunkPlan& chunks, ChunkQueue& queue, SharedProgress& progress, const std::vector<Panel>& inputs,
+                       const std::vector<Panel>& outputs, DType dtype, const std::string& label, const Enqueue& enqueue) {
     if (chunks.count <= 0) return;
-    const auto t0 = std::chrono::steady_clock::now();
     const std::size_t elem = dtype_size(dtype);
     const std::size_t n_in = inputs.size(), n_out = outputs.size();
     std::int64_t run_elems = 0, own_elems = 0;  // the largest chunk's elements run (halo included) and owned
@@ -145,9 +143,7 @@ void HostPipeline::run(const ChunkPlan& chunks, const std::vector<Panel>& inputs
     // Device buffers per slot, from the stream-ordered pool on the slot's stream (freed there after its work).
     std::vector<std::unique_ptr<RunMemory>> mem;
     std::vector<CUdeviceptr> dev_in(static_cast<std::size_t>(slots)), dev_out(static_cast<std::size_t>(slots));
-    RunProgress progress;
-    progress.chunks_total = chunks.count;
-    progress.rows_total = chunks.rows;
+    std::vector<std::int64_t> staged_bytes(static_cast<std::size_t>(slots), 0);  // input bytes of the chunk in a slot
     std::int64_t current = -1;
     std::exception_ptr stopped_by_caller;  // what the progress callback threw: it propagates as it is
     try {
@@ -169,23 +165,20 @@ void HostPipeline::run(const ChunkPlan& chunks, const std::vector<Panel>& inputs
                 if (!out_locked[o])
                     copy_rows(outputs[o], c.row_begin, c.rows(), c.col_begin, c.cols(), static_cast<char*>(sl.pinned_out) + o * each, false);
             sl.chunk = -1;
-            ++progress.chunks_done;
-            progress.rows_done = chunks.axis == ChunkAxis::Time ? progress.rows_done + c.rows()
-                                 : progress.chunks_done == chunks.count ? chunks.rows : 0;
-            progress.bytes_out += static_cast<std::int64_t>(each * n_out);
-            progress.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            if (options.progress) {
-                try {
-                    options.progress(progress);
-                } catch (...) {
-                    stopped_by_caller = std::current_exception();
-                    throw;
-                }
+            try {
+                progress.chunk_done(c, staged_bytes[static_cast<std::size_t>(s)], static_cast<std::int64_t>(each * n_out));
+            } catch (...) {
+                stopped_by_caller = std::current_exception();
+                throw;
             }
         };
-        for (std::int64_t ci = 0; ci < chunks.count; ++ci) {
-            const int s = static_cast<int>(ci % slots);
+        // Chunks as the queue hands them out, slot after slot: a slot is delivered before it takes the next.
+        std::int64_t issued = 0;
+        while (true) {
+            const int s = static_cast<int>(issued % slots);
             deliver(s);
+            const std::int64_t ci = queue.next();
+            if (ci < 0) break;
             current = ci;
             fault_point(FaultKind::Chunk, "cuda chunk");
             Slot& sl = *slots_[static_cast<std::size_t>(s)];
@@ -203,7 +196,7 @@ void HostPipeline::run(const ChunkPlan& chunks, const std::vector<Panel>& inputs
                     FJ_CU(cuMemcpyHtoDAsync, ins[i].ptr, staged, each, sl.stream);
                 }
             }
-            progress.bytes_in += static_cast<std::int64_t>(n_in * each);
+            staged_bytes[static_cast<std::size_t>(s)] = static_cast<std::int64_t>(n_in * each);
             for (std::size_t o = 0; o < n_out; ++o) outs[o] = {dev_out[static_cast<std::size_t>(s)] + o * each, w};
             enqueue(ins, outs, rr, w, *mem[static_cast<std::size_t>(s)], sl.stream);
             // The rows the chunk owns (after its warm-up rows), back to pinned memory.
@@ -215,10 +208,10 @@ void HostPipeline::run(const ChunkPlan& chunks, const std::vector<Panel>& inputs
             }
             FJ_CU(cuEventRecord, sl.done, sl.stream);
             sl.chunk = ci;
+            ++issued;
         }
-        // The last chunks, in order.
-        for (std::int64_t ci = std::max<std::int64_t>(0, chunks.count - slots); ci < chunks.count; ++ci)
-            deliver(static_cast<int>(ci % slots));
+        // The last chunks, in the order they were taken.
+        for (std::int64_t k = std::max<std::int64_t>(0, issued - slots); k < issued; ++k) deliver(static_cast<int>(k % slots));
     } catch (...) {
         wait_all();
         if (stopped_by_caller) std::rethrow_exception(stopped_by_caller);
@@ -234,7 +227,7 @@ void HostPipeline::run(const ChunkPlan& chunks, const std::vector<Panel>& inputs
                                                       : fmt::format("in chunk {} of {} (rows {}-{}, columns {}-{})", current + 1, chunks.count,
                                                                     chunks.chunk(current).row_begin, chunks.chunk(current).row_end,
                                                                     chunks.chunk(current).col_begin, chunks.chunk(current).col_end);
-        throw RunError(fmt::format("cuda: a run of host panels ({} x {}, {}) failed {}: {}", chunks.rows, chunks.cols,
+        throw RunError(fmt::format("{}: a run of host panels ({} x {}, {}) failed {}: {}", label, chunks.rows, chunks.cols,
                                    chunks.describe(), where, what));
     }
 }

@@ -13,14 +13,20 @@
 // Pinned buffers are kept for the executable's life and grown when a run needs more (pinning costs about
 // 50 ms a GB once). A failure anywhere waits for the slots' streams, so nothing is left writing into memory
 // that is freed or reused, and rethrows with the chunk it happened in.
+//
+// Several GPUs (RunOptions::devices): one pipeline per device (per worker), each on a host thread of its own,
+// takes its chunks from a shared ChunkQueue (runtime/chunk_queue.hpp) instead of in order; a chunk writes only
+// the output rows it owns, so the order in which chunks finish does not matter.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "runtime/chunk_plan.hpp"
+#include "runtime/chunk_queue.hpp"
 #include "runtime/cuda/cuda_api.hpp"
 #include "runtime/cuda/memory.hpp"
 #include "runtime/panel.hpp"
@@ -40,9 +46,12 @@ public:
     using Enqueue = std::function<void(const std::vector<DevView>& inputs, const std::vector<DevView>& outputs,
                                        std::int64_t rows, std::int64_t cols, RunMemory& mem, CUstream stream)>;
 
-    // Runs `chunks` over host panels (all of them in host memory). Returns when every output row is in place.
-    void run(const ChunkPlan& chunks, const std::vector<Panel>& inputs, const std::vector<Panel>& outputs, DType dtype,
-             const RunOptions& options, const Enqueue& enqueue);
+    // Runs the chunks of `chunks` that `queue` hands it over host panels (all of them in host memory), reporting
+    // each finished chunk to `progress`. Returns when every chunk it took is in the caller's outputs, or once the
+    // queue is stopped and its chunks in flight are done. A failure throws fj::RunError whose message starts
+    // with `label` (the device and worker) and names the chunk; a progress callback's exception propagates as is.
+    void run(const ChunkPlan& chunks, ChunkQueue& queue, SharedProgress& progress, const std::vector<Panel>& inputs,
+             const std::vector<Panel>& outputs, DType dtype, const std::string& label, const Enqueue& enqueue);
 
     // Slots a run uses at most (chunks in flight: one staged, one computed, one delivered).
     static constexpr int kSlots = 3;
