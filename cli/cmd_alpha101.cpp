@@ -31,6 +31,7 @@
 
 #include "alphas/alpha101.hpp"
 #include "cli/commands.hpp"
+#include "cli/device_option.hpp"
 #include "cli/npy.hpp"
 #include "factorjit.hpp"
 
@@ -40,7 +41,7 @@ using namespace fj::cli;
 namespace fs = std::filesystem;
 
 const char* const kUsage = R"USAGE(usage: factorjit alpha101 --data DIR [--out DIR] [--backend auto|cpu|cuda] [--repeat K]
-                         [--threads N] [--round-windows] [--explain FILE]
+                         [--threads N] [--round-windows] [--explain FILE] [--devices all|0,1,...]
 
 Computes the 101 Formulaic Alphas (Kakushadze 2016; docs/alpha101.md) on the panels in DIR, compiled
 together as one program, and prints the compile time and the time of each run.
@@ -55,6 +56,8 @@ together as one program, and prints the compile time and the time of each run.
   --repeat K         run the program K times (default 1), each timed
   --threads N        CPU worker threads (default 0: FJ_THREADS or all cores)
   --round-windows    round the paper's fractional windows (9.91 -> 10) instead of flooring them
+  --devices LIST     CUDA: spread the runs' chunks over time across these GPUs: all, or ordinals such
+                     as 0,1 (default: one GPU, FJ_CUDA_DEVICE or 0)
   --explain FILE     write the program's explanation there after the runs: its steps, kernels, where
                      each kernel came from (compiled, with its parts' times, or the disk cache), each
                      step's time in the last run, and the memory its panels took at once
@@ -71,6 +74,7 @@ struct Args {
     int repeat = 1;
     fj::CompileOptions compile;
     fj::ParseOptions parse;
+    std::vector<int> devices;
     bool help = false;
 };
 
@@ -102,6 +106,8 @@ Args parse_args(const std::vector<std::string>& argv) {
         } else if (c.is("--round-windows")) {
             c.no_value();
             a.parse.round_windows = true;
+        } else if (c.is("--devices")) {
+            a.devices = parse_devices_option(c.value("all or ordinals such as 0,1"), "alpha101");
         } else {
             c.unknown();
         }
@@ -357,10 +363,13 @@ int cmd_alpha101(const std::vector<std::string>& argv) {
         out_data.emplace(c.name, std::move(buf));
     }
     const bool empty = ref->rows() == 0 || ref->cols() == 0;
+    fj::RunOptions run_options;
+    run_options.devices = a.devices;
+    if (!a.devices.empty()) std::printf("runs on %s\n", describe_devices(a.devices).c_str());
     for (int k = 0; k < a.repeat; ++k) {
         const auto t0 = clock::now();
         const double cpu0 = process_cpu_ms();
-        if (!empty) program.run(in_panels, out_panels);
+        if (!empty) program.run(in_panels, out_panels, run_options);
         const double wall = ms_since(t0);
         std::printf("run %d of %d: %.3f ms (CPU time %.3f ms)\n", k + 1, a.repeat, wall, process_cpu_ms() - cpu0);
         std::fflush(stdout);

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
+#include "cli/device_option.hpp"
 #include "factorjit.hpp"
 #include "runtime/thread_pool.hpp"
 
@@ -31,6 +32,7 @@ using namespace fj::cli;
 
 const char* const kUsage = R"USAGE(usage: factorjit bench -e EXPR [-e EXPR ...] [--rows T] [--cols N] [--dtype float32|float64]
                        [--backend auto|cpu|cuda] [--repeat K] [--host] [--threads N]
+                       [--devices all|0,1,...]
 
 Times the expressions, compiled together as one program, on generated panels: random walks around 100 (one
 per input the expressions read, each from its own seed). Prints the compile time, each run's time and
@@ -46,6 +48,8 @@ within 3 % of the median are marked steady; a power-cap or thermal throttle reas
   --repeat K         timed runs after one warm-up run (default 5)
   --host             CUDA: host panels (copies and the chunk pipeline timed too) instead of device panels
   --threads N        CPU worker threads (default 0: FJ_THREADS or all cores)
+  --devices LIST     CUDA: host panels (implies --host) with their chunks over time spread across these
+                     GPUs: all, or ordinals such as 0,1; telemetry is printed for each of them
   -h, --help         print this help
 )USAGE";
 
@@ -84,7 +88,7 @@ double median(std::vector<double> v) {
 
 template <class T>
 int bench(const std::vector<std::pair<std::string, fj::Expr>>& named, const fj::CompileOptions& options,
-          std::int64_t rows, std::int64_t cols, int repeat, bool host) {
+          std::int64_t rows, std::int64_t cols, int repeat, bool host, const std::vector<int>& devices) {
     const auto t0 = std::chrono::steady_clock::now();
     const fj::Program program = fj::compile(named, options);
     const fj::DType dtype = std::is_same_v<T, float> ? fj::DType::F32 : fj::DType::F64;
@@ -115,11 +119,17 @@ int bench(const std::vector<std::pair<std::string, fj::Expr>>& named, const fj::
             for (cu::CUdeviceptr p : b) cu::driver_api().cuMemFree(p);
         }
     } free_them{device_buffers};
-    std::unique_ptr<cu::TelemetrySampler> telemetry;
+    // Telemetry of every GPU the runs use: the program's device, or each device of --devices once.
+    std::vector<std::unique_ptr<cu::TelemetrySampler>> telemetry;
+    std::vector<int> telemetry_of;  // the device ordinal of each sampler
     if (cuda) {
         const cu::Device& dev = *cu::device();
+        std::vector<int> used = devices.empty() ? std::vector<int>{dev.ordinal} : devices;
+        std::sort(used.begin(), used.end());
+        used.erase(std::unique(used.begin(), used.end()), used.end());
+        for (int d : used) telemetry.push_back(std::make_unique<cu::TelemetrySampler>(cu::device_at(d)));
+        telemetry_of = used;
         cu::make_current(dev);
-        telemetry = std::make_unique<cu::TelemetrySampler>(dev);
         if (!host) {
             const std::size_t panel_bytes = static_cast<std::size_t>(rows * cols) * sizeof(T);
             auto to_device = [&](std::map<std::string, fj::Panel>& panels, bool copy) {
@@ -140,14 +150,17 @@ int bench(const std::vector<std::pair<std::string, fj::Expr>>& named, const fj::
 #endif
     std::printf("%lld x %lld %s, %s, %.1f MB of inputs and outputs a run\n", static_cast<long long>(rows),
                 static_cast<long long>(cols), std::string(fj::dtype_name(dtype)).c_str(), where.c_str(), bytes / 1e6);
-    program.run(ins, outs);  // warm-up: specialised kernels, pinned buffers, caches
+    fj::RunOptions run_options;
+    run_options.devices = devices;
+    if (cuda && !devices.empty()) std::printf("runs on %s\n", describe_devices(devices).c_str());
+    program.run(ins, outs, run_options);  // warm-up: specialised kernels, pinned buffers, caches
 #ifdef FJ_WITH_CUDA
-    if (telemetry) telemetry->start();
+    for (auto& t : telemetry) t->start();
 #endif
     std::vector<double> ms;
     for (int k = 0; k < repeat; ++k) {
         const auto t = std::chrono::steady_clock::now();
-        program.run(ins, outs);
+        program.run(ins, outs, run_options);
         ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count());
     }
     const double med = median(ms);
@@ -157,9 +170,13 @@ int bench(const std::vector<std::pair<std::string, fj::Expr>>& named, const fj::
                     k > 0 && std::fabs(ms[static_cast<std::size_t>(k)] - med) <= 0.03 * med ? " (steady)" : "");
     std::printf("median %.3f ms, %.1f GB/s\n", med, bytes / (med * 1e-3) / 1e9);
 #ifdef FJ_WITH_CUDA
-    if (telemetry) {
-        const cu::TelemetrySummary t = telemetry->stop();
-        std::printf("GPU during the timed runs: %s%s\n", t.describe().c_str(), t.throttled() ? " (THROTTLED)" : "");
+    for (std::size_t i = 0; i < telemetry.size(); ++i) {
+        const cu::TelemetrySummary t = telemetry[i]->stop();
+        if (telemetry.size() == 1)
+            std::printf("GPU during the timed runs: %s%s\n", t.describe().c_str(), t.throttled() ? " (THROTTLED)" : "");
+        else
+            std::printf("GPU %d during the timed runs: %s%s\n", telemetry_of[i], t.describe().c_str(),
+                        t.throttled() ? " (THROTTLED)" : "");
     }
 #endif
     if (!cuda) std::printf("(CPU backend: no GPU telemetry)\n");
@@ -175,6 +192,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
     std::int64_t rows = 10000, cols = 10000;
     int repeat = 5;
     bool host = false, f64 = false;
+    std::vector<int> devices;
     ArgCursor c(argv, "bench");
     while (c.next()) {
         if (c.is("-h", "--help")) {
@@ -199,11 +217,15 @@ int cmd_bench(const std::vector<std::string>& argv) {
         } else if (c.is("--host")) {
             c.no_value();
             host = true;
+        } else if (c.is("--devices")) {
+            devices = parse_devices_option(c.value("all or ordinals such as 0,1"), "bench");
+            host = true;  // device panels run on the device that holds them: a list means host panels
         } else {
             c.unknown();
         }
     }
     if (texts.empty()) throw UsageError("bench needs at least one -e EXPR", "bench");
     const auto named = numbered_outputs(texts, parse_options);
-    return f64 ? bench<double>(named, options, rows, cols, repeat, host) : bench<float>(named, options, rows, cols, repeat, host);
+    return f64 ? bench<double>(named, options, rows, cols, repeat, host, devices)
+               : bench<float>(named, options, rows, cols, repeat, host, devices);
 }

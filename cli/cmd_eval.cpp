@@ -30,6 +30,7 @@
 #include <fmt/ranges.h>
 
 #include "cli/commands.hpp"
+#include "cli/device_option.hpp"
 #include "cli/eval_stream.hpp"
 #include "cli/npy.hpp"
 #include "cli/progress_bar.hpp"
@@ -44,7 +45,8 @@ using namespace fj::cli;
 
 const char* const kUsage = R"USAGE(usage: factorjit eval -e EXPR -i NAME=FILE.npy [-i ...] -o OUT.npy [-e EXPR -o OUT.npy ...]
                       [--backend auto|cpu|cuda] [--threads N] [--round-windows]
-                      [--max-memory SIZE] [--max-device-memory SIZE] [--chunk-rows N] [-v]
+                      [--max-memory SIZE] [--max-device-memory SIZE] [--chunk-rows N]
+                      [--devices all|0,1,...] [-v]
 
 Evaluates factor expressions on panels stored as .npy files and writes each result as a .npy file.
 
@@ -60,7 +62,9 @@ Evaluates factor expressions on panels stored as .npy files and writes each resu
   --max-memory SIZE      host memory the panels' chunks may take at once, e.g. 256M or 4G (K, M, G, T:
                          powers of 1024; default: no limit). Inputs are mapped, outputs streamed, so
                          panels larger than RAM work; the compiler's own memory is not counted
-  --max-device-memory SIZE   GPU memory a run may take (CUDA; default: what is free)
+  --max-device-memory SIZE   GPU memory a run may take (CUDA; default: what is free), on each GPU
+  --devices LIST         CUDA: the GPUs to spread each chunk's rows over: all, or ordinals such as 0,1
+                         (default: one GPU, FJ_CUDA_DEVICE or 0); each GPU its own streams and budget
   --chunk-rows N         output rows per chunk (default: chosen from the shape, the memory limit and
                          the expected rates of reading, computing and writing)
   -v, --verbose          print the backend, the chunks, timings and bandwidth to stderr
@@ -83,6 +87,7 @@ struct EvalArgs {
     fj::CompileOptions compile;
     fj::ParseOptions parse;
     std::int64_t max_memory = 0, max_device_memory = 0, chunk_rows = 0;
+    std::vector<int> devices;
     bool verbose = false;
     bool help = false;
 };
@@ -123,6 +128,8 @@ EvalArgs parse_args(const std::vector<std::string>& argv) {
             a.max_memory = parse_byte_size(c.value("a size such as 256M"), "--max-memory", "eval");
         } else if (c.is("--max-device-memory")) {
             a.max_device_memory = parse_byte_size(c.value("a size such as 8G"), "--max-device-memory", "eval");
+        } else if (c.is("--devices")) {
+            a.devices = parse_devices_option(c.value("all or ordinals such as 0,1"), "eval");
         } else if (c.is("--chunk-rows")) {
             const std::string v = c.value("a number of rows");
             long long n = 0;
@@ -304,6 +311,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
     }
     fj::RunOptions run_options;
     run_options.max_device_bytes = a.max_device_memory;
+    run_options.devices = a.devices;
     ProgressBar bar;
     const StreamStats stats =
         run_stream(program, stream_in, stream_out, rows, cols, ref.dtype, chunks, kInFlight, run_options,
@@ -317,10 +325,11 @@ int cmd_eval(const std::vector<std::string>& argv) {
     if (a.verbose) {
         const double wall = std::max(stats.wall_s, 1e-9);
         std::fprintf(stderr,
-                     "factorjit: backend %s; %s %s; parse+compile %.1f ms; %s\n"
+                     "factorjit: backend %s%s; %s %s; parse+compile %.1f ms; %s\n"
                      "factorjit: streamed in %.1f ms: read %s (busy %.1f ms), run busy %.1f ms, wrote %s (busy %.1f "
                      "ms), close+rename %.1f ms; %s/s moved (%zu output%s)\n",
-                     backend_name(program.backend()), std::string(fj::dtype_name(ref.dtype)).c_str(),
+                     backend_name(program.backend()),
+                     a.devices.empty() ? "" : (" on " + describe_devices(a.devices)).c_str(), std::string(fj::dtype_name(ref.dtype)).c_str(),
                      ref.shape_str().c_str(), t_compile, chunks.describe().c_str(), stats.wall_s * 1e3,
                      human_bytes(static_cast<double>(stats.bytes_read)).c_str(), stats.read_s * 1e3,
                      stats.compute_s * 1e3, human_bytes(static_cast<double>(stats.bytes_written)).c_str(),
