@@ -500,7 +500,7 @@ TEST_CASE("devices {d, d}: a failure on one worker stops the run, names the devi
     HostRun<float> want(ds, p);
     p.run(want.in_panels, want.out_panels, ro);
     ro.devices = {d, d};
-    for (auto [kind, n] : {std::pair{fj::rt::FaultKind::Chunk, 5}, std::pair{fj::rt::FaultKind::Alloc, 3}, std::pair{fj::rt::FaultKind::Alloc, 30}}) {
+    for (auto [kind, n] : {std::pair{fj::rt::FaultKind::Chunk, 5}, std::pair{fj::rt::FaultKind::Alloc, 3}, std::pair{fj::rt::FaultKind::Alloc, 24}}) {
         CAPTURE(static_cast<int>(kind));
         CAPTURE(n);
         HostRun<float> failed(ds, p);
