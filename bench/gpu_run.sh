@@ -4,15 +4,13 @@
 # with --peers, /work/shared/peers/rolling_corr_peers.py (copied to .carry/) at 50,000 x $PEERS_N (10,000).
 # A short table comes last. Logs go to $OUT (the device tool's output folder) or /tmp/fj_gpu_out.
 #
-#   bench/gpu_run.sh [--quick] [--peers] [--profile] [--no-tests] [--no-bench] [--no-xcheck] [--kernel-suites] [--a1] [--h1] [--ops] [--rank] [--python] [--committed]
+#   bench/gpu_run.sh [--quick] [--peers] [--profile] [--no-tests] [--no-bench] [--no-xcheck] [--kernel-suites] [--a1] [--h1] [--ops] [--rank] [--python]
 # --ops: factorjit bench of each time-series operator at w = 20 and 250 (20,000 x 5,000 float32 device panels) and
 # of rank over 50,000 x 5,000 (issue 21's Windows and Rank figures), with the GPU's telemetry.
 # --rank: rank over 50,000 x 5,000 and 4,000 x 5,000 float32 (factorjit bench) and where the row kernel's warps
 # stall (ncu, bench/gpu_stalls.sh).
 # --python: the Python module built there, its device tests (CuPy, PyTorch) and bench/bench_python.py's overhead
 # and cupy-g1 figures (issue 23).
-# --committed: build the last commit (the copy's uncommitted edits, say of engineers at work beside, are dropped
-# there first: git checkout and clean, .carry and the build folders kept).
 # --h1: bench_gpu --host: issue 22's host-to-host figures (corr w=20 on 50,000 x 50,000 and 50,000 x 10,000 float32
 # host panels: the PCIe and host staging floors, the talk's demo 3, G2a, G2b, G2r, G3) and J2 of run_async and run.
 # --a1: the 101 alphas on 4,000 x 5,000 float32 (bench/alpha_data.py's market): a cold process (empty kernel
@@ -45,7 +43,6 @@ for a in "$@"; do
     --ops) OPS=1 ;;
     --rank) RANK=1 ;;
     --python) PY=1 ;;
-    --committed) git checkout -q -- . && git clean -fdq -e .carry -e build-gpu -e build-py && echo "== the last commit: $(git log -1 --format='%h %s' | cut -c1-80)" ;;
     *) echo "unknown option $a"; exit 2 ;;
   esac
 done
