@@ -346,6 +346,13 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
         if (options.progress) options.progress(RunProgress{});
         return;
     }
+    if (!options.devices.empty()) {
+        const int count = device_count();
+        for (int d : options.devices)
+            if (d >= count)
+                throw InputError(fmt::format("cuda: RunOptions::devices names device {} but {} device(s) exist (ordinals 0 to {})",
+                                             d, count, count - 1));
+    }
     const int holder = device_of_panels(inputs, outputs, options);
     if (holder >= 0 && holder != dev_.ordinal) {  // device panels run where they are
         RunOptions here = options;
@@ -354,16 +361,9 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
         make_current(dev_);
         return;
     }
-    if (holder < 0 && !options.devices.empty()) {
-        const int count = device_count();
-        for (int d : options.devices)
-            if (d >= count)
-                throw InputError(fmt::format("cuda: RunOptions::devices names device {} but {} device(s) exist (ordinals 0 to {})",
-                                             d, count, count - 1));
-        if (options.devices != std::vector<int>{dev_.ordinal}) {
-            run_host_pipeline(inputs, outputs, options, options.devices);
-            return;
-        }
+    if (holder < 0 && !options.devices.empty() && options.devices != std::vector<int>{dev_.ordinal}) {
+        run_host_pipeline(inputs, outputs, options, options.devices);
+        return;
     }
     if (use_host_pipeline(inputs, outputs, options)) {
         run_host_pipeline(inputs, outputs, options, {dev_.ordinal});
