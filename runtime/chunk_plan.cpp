@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -245,6 +246,14 @@ ChunkPlan plan_chunks(const codegen::Plan& plan, const ChunkRequest& r) {
         c.chunk_rows = c.chunk_rows / r.row_quantum * r.row_quantum;
     finish(c, r, elem);
     return c;
+}
+
+std::int64_t worker_budget(const std::vector<int>& workers, const std::function<std::int64_t(int)>& device_budget) {
+    std::map<int, std::int64_t> on_device;  // workers per device
+    for (int d : workers) ++on_device[d];
+    std::int64_t share = on_device.empty() ? 0 : std::numeric_limits<std::int64_t>::max();
+    for (const auto& [ordinal, count] : on_device) share = std::min(share, device_budget(ordinal) / count);
+    return share;
 }
 
 }  // namespace fj::rt

@@ -22,8 +22,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "codegen/plan.hpp"
 #include "dsl/dtype.hpp"
@@ -121,6 +123,12 @@ struct ChunkPlan {
 // column chunking of a plan with row steps and RunError when not even the smallest chunk (one output row
 // over time plus the halo; 1 column over columns) fits the budget.
 ChunkPlan plan_chunks(const codegen::Plan& plan, const ChunkRequest& request);
+
+// The budget each worker of a run over several devices may take (RunOptions::devices lists a device ordinal per
+// worker; an ordinal may repeat): each device's budget, device_budget(ordinal), split evenly between the workers
+// on it, and the smallest share over the devices, since one chunk plan serves every worker and each worker's
+// chunks in flight must fit its share. Empty `workers`: 0 (no budget).
+std::int64_t worker_budget(const std::vector<int>& workers, const std::function<std::int64_t(int ordinal)>& device_budget);
 
 // The modelled seconds of a pipeline of `count` chunks (exposed for tests and for explain()).
 double pipeline_seconds(const ChunkPlan& chunks, const codegen::Plan& plan, const ChunkRequest& request);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "factorjit.hpp"
+#include "codegen/plan.hpp"
 #include "runtime/backend.hpp"
 #include "runtime/chunk_plan.hpp"
 #include "runtime/chunk_queue.hpp"
@@ -156,6 +157,37 @@ TEST_CASE("a failure on one worker stops the hand-out: the others finish what th
         CHECK(taken_not_done == 0);  // every chunk a worker took was finished or is the failed one
         CHECK_FALSE(untaken_after_taken);
         CHECK(done < count - 1);  // stopped early (200 chunks of 0.2 ms against a failure at the third)
+    }
+}
+
+TEST_CASE("worker_budget: each device's budget split between its workers, the smallest share; the chunks in flight fit it") {
+    const std::int64_t G = std::int64_t{1} << 30;
+    auto budgets = [&](int ordinal) { return ordinal == 1 ? 4 * G : 10 * G; };
+    CHECK(fj::rt::worker_budget({}, budgets) == 0);
+    CHECK(fj::rt::worker_budget({0}, budgets) == 10 * G);
+    CHECK(fj::rt::worker_budget({0, 0}, budgets) == 5 * G);
+    CHECK(fj::rt::worker_budget({0, 1}, budgets) == 4 * G);
+    CHECK(fj::rt::worker_budget({0, 0, 0, 1}, budgets) == 10 * G / 3);
+    CHECK(fj::rt::worker_budget({1, 0, 1, 0}, budgets) == 2 * G);
+    // The plan made with a worker's share keeps each worker's chunks in flight within it, and so the device's
+    // workers together within the device's budget.
+    const fj::Expr A = fj::input("A"), B = fj::input("B");
+    const fj::codegen::Plan plan = fj::codegen::make_plan({{"c", fj::corr(fj::window(A, 20), fj::window(B, 20))},
+                                                           {"r", fj::mean(fj::window(fj::rank(A), 5))}});
+    for (const std::vector<int>& workers : {std::vector<int>{0}, std::vector<int>{0, 0}, std::vector<int>{0, 0, 0, 1}}) {
+        CAPTURE(workers.size());
+        fj::rt::ChunkRequest r;
+        r.rows = 50000;
+        r.cols = 5000;
+        r.in_flight = 3;
+        r.min_chunks = static_cast<int>(workers.size()) * 3;
+        r.budget_bytes = fj::rt::worker_budget(workers, [&](int ordinal) { return ordinal == 1 ? 256 << 20 : std::int64_t{600} << 20; });
+        const fj::rt::ChunkPlan chunks = fj::rt::plan_chunks(plan, r);
+        CHECK(chunks.total_bytes <= r.budget_bytes);
+        CHECK(chunks.count >= static_cast<std::int64_t>(workers.size()) * 3);
+        std::map<int, int> on;
+        for (int d : workers) ++on[d];
+        for (const auto& [d, n] : on) CHECK(n * chunks.total_bytes <= (d == 1 ? 256 << 20 : std::int64_t{600} << 20));
     }
 }
 

@@ -530,27 +530,21 @@ void CudaExecutable::run_host_pipeline(const std::vector<Panel>& inputs, const s
     const Panel& shape = !outputs.empty() ? outputs[0] : inputs.at(0);
     const int n_workers = static_cast<int>(workers.size());
     std::vector<CudaExecutable*> ex;
-    std::map<int, int> on_device;  // workers per device ordinal
+    std::map<int, int> on_device;  // workers so far per device ordinal
     for (int d : workers) ex.push_back(&replica(d, on_device[d]++));
     ChunkRequest r;
     r.rows = shape.rows;
     r.cols = shape.cols;
     r.dtype = dtype_;
     // Each device's budget (what is free, less a margin for the pool's rounding and the kernels' own needs: flags,
-    // row scratch; or max_device_bytes), shared by the workers on it; one chunk plan for all, so the smallest share
-    // sizes the chunks and every worker's slots fit its device.
-    r.budget_bytes = std::numeric_limits<std::int64_t>::max();
-    for (const auto& [ordinal, count] : on_device) {
-        std::int64_t budget = options.max_device_bytes;
-        if (budget <= 0) {
-            const Device& d = ordinal == dev_.ordinal ? dev_ : device_at(ordinal);
-            make_current(d);
-            std::size_t free = 0, total = 0;
-            FJ_CU(cuMemGetInfo, &free, &total);
-            budget = static_cast<std::int64_t>(free / 10 * 9);
-        }
-        r.budget_bytes = std::min(r.budget_bytes, budget / count);
-    }
+    // row scratch; or max_device_bytes), shared by the workers on it (chunk_plan.hpp: worker_budget).
+    r.budget_bytes = worker_budget(workers, [&](int ordinal) {
+        if (options.max_device_bytes > 0) return options.max_device_bytes;
+        make_current(ordinal == dev_.ordinal ? dev_ : device_at(ordinal));
+        std::size_t free = 0, total = 0;
+        FJ_CU(cuMemGetInfo, &free, &total);
+        return static_cast<std::int64_t>(free / 10 * 9);
+    });
     make_current(dev_);
     r.in_flight = HostPipeline::kSlots;
     const std::int64_t bytes = panel_bytes(inputs, outputs);
