@@ -139,3 +139,54 @@ def test_device_errors(cuda_program, cpu_program):
     if cpu_program is not None:
         with pytest.raises(fj.Error):
             cpu_program.run(A=a, B=cupy.asarray(host["B"]))  # device panels on the CPU backend
+
+
+def _reference(host):
+    import reference as R
+    a, b = host["A"].astype(np.float64), host["B"].astype(np.float64)
+    return {"c": R.ts_corr(a, b, 10), "s": R.ts_std(a, 20) / R.ts_mean(b, 5), "z": R.zscore(a)}
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_run_options_through_the_cuda_pipeline(cuda_program, dtype):
+    """NumPy panels in forced chunks over time through the CUDA pipeline, whose progress calls come from its
+    worker thread (the GIL taken there); then a progress exception from that thread, out of run as it is."""
+    host = _host(dtype)
+    ref = _reference(host)
+    seen = []
+    got = cuda_program.run(fj.RunOptions(chunk_rows=300, max_device_bytes=256 << 20, progress=seen.append), **host)
+    for k in FORMULAS:
+        assert_contract(got[k], ref[k], dtype, k)
+    assert seen[-1].chunks_total >= 2 and seen[-1].chunks_done == seen[-1].chunks_total and seen[-1].rows_done == 2000
+    assert seen[-1].bytes_out == 3 * 2000 * 300 * np.dtype(dtype).itemsize
+    before = {k: v.copy() for k, v in host.items()}
+    stop = _Stop("from the progress callable")
+
+    def progress(p):
+        if p.chunks_done == 2:
+            raise stop
+
+    with pytest.raises(_Stop) as e:
+        cuda_program.run(fj.RunOptions(chunk_rows=300, progress=progress), **host)
+    assert e.value is stop
+    for k in host:
+        np.testing.assert_array_equal(host[k], before[k])
+    again = cuda_program.run(fj.RunOptions(chunk_rows=300), **host)
+    for k in FORMULAS:
+        assert_contract(again[k], ref[k], dtype, f"{k} after the stopped run")
+
+
+def test_run_options_with_cupy(cuda_program):
+    """Device arrays: the run is enqueued on CuPy's stream (run_async); the progress callable hears of it once."""
+    cupy = _cupy()
+    host = _host(np.float32)
+    seen = []
+    out = cuda_program.run(fj.RunOptions(progress=seen.append), **{k: cupy.asarray(v) for k, v in host.items()})
+    assert len(seen) == 1 and seen[0].rows_total == 2000
+    ref = _reference(host)
+    for k in FORMULAS:
+        assert_contract(cupy.asnumpy(out[k]), ref[k], np.float32, k)
