@@ -7,14 +7,16 @@
 
 #include <cstdint>
 #include <tuple>
+#include <vector>
 
 #include "runtime/program.hpp"
 
 namespace fj::python {
 
 // fj.RunOptions' fields as the package hands them over (RunOptions._core_args): max_device_bytes,
-// max_host_bytes, chunk_rows, chunk_cols, progress (None or a callable).
-using RunOptionArgs = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, pybind11::object>;
+// max_host_bytes, chunk_rows, chunk_cols, progress (None or a callable), devices.
+using RunOptionArgs =
+    std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, pybind11::object, std::vector<int>>;
 // Needs the GIL (it holds a reference to the progress callable).
 RunOptions run_options(const RunOptionArgs& args);
 

@@ -37,12 +37,13 @@ void bind_run_options(py::module_& m) {
 }
 
 RunOptions run_options(const RunOptionArgs& args) {
-    const auto& [max_device_bytes, max_host_bytes, chunk_rows, chunk_cols, progress] = args;
+    const auto& [max_device_bytes, max_host_bytes, chunk_rows, chunk_cols, progress, devices] = args;
     RunOptions o;
     o.max_device_bytes = max_device_bytes;
     o.max_host_bytes = max_host_bytes;
     o.chunk_rows = chunk_rows;
     o.chunk_cols = chunk_cols;
+    o.devices = devices;
     if (!progress.is_none()) {
         // The library may copy and destroy the std::function on threads that do not hold the GIL: the callable's
         // reference is owned by one shared_ptr, whose copies touch no Python refcount, and released under the GIL.

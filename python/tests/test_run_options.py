@@ -141,6 +141,15 @@ def test_options_with_pandas(program):
     assert_contract(got["c"].to_numpy(), reference(d)["c"], np.float64, "c")
 
 
+def test_devices_are_ignored_on_the_cpu(program):
+    # RunOptions::devices spreads a CUDA run over GPUs; the CPU backend ignores it (docs/runtime.md).
+    d = data()
+    got = program.run(fj.RunOptions(devices=[0, 0], chunk_rows=100), **d)
+    assert_contract(got["c"], reference(d)["c"], np.float64, "c")
+    assert fj.RunOptions(devices=(np.int32(1), 0)).devices == (1, 0)
+    assert fj.RunOptions(devices=range(2))._core_args()[-1] == [0, 1]
+
+
 def test_bad_options():
     with pytest.raises(ValueError, match="chunk_rows must be >= 0"):
         fj.RunOptions(chunk_rows=-1)
@@ -156,8 +165,15 @@ def test_bad_options():
         fj.RunOptions(progress=3)
     with pytest.raises(TypeError):
         fj.RunOptions(4096)  # keywords only: a bare number says nothing
+    with pytest.raises(TypeError, match="devices must be a sequence"):
+        fj.RunOptions(devices=0)
+    with pytest.raises(TypeError, match="devices must hold ints"):
+        fj.RunOptions(devices=["0"])
+    with pytest.raises(ValueError, match="ordinals >= 0"):
+        fj.RunOptions(devices=[-1])
     assert fj.RunOptions(chunk_rows=np.int64(8)).chunk_rows == 8
     assert repr(fj.RunOptions(chunk_rows=8)) == "factorjit.RunOptions(chunk_rows=8)"
+    assert repr(fj.RunOptions(devices=[1])) == "factorjit.RunOptions(devices=(1,))"
 
 
 def test_bad_run_arguments(program):
