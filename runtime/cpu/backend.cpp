@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <utility>
 
 #include <sys/mman.h>
 
@@ -43,39 +44,86 @@ std::int64_t auto_block_cols(std::int64_t cols, int lanes) {
 // (the 101 alphas at 4,000 x 5,000 took 6.7 M page faults and about 20 s of system time a run with 4 KB pages
 // and a fresh allocation per intermediate); a freed intermediate's memory is reused by the next one, so a run
 // faults in only its peak (Plan::peak_intermediates).
+struct Mapping {
+    std::byte* data = nullptr;
+    std::size_t bytes = 0;
+};
+
+void unmap(const Mapping& m) { ::munmap(m.data, m.bytes); }
+
+// The mappings a run used, kept by its executable for the next run: a fresh mapping is zeroed by the kernel
+// page by page on first touch, and on this VM that cost about 1 s of CPU per GB (clear_page in a profile of
+// the 101 alphas: 9 % of a run's CPU at 1,000 x 5,000, 4 % inside rank alone). After a run the pool holds
+// what that run took (its peak of intermediates), until the next run or the executable's end.
+class MappingPool {
+public:
+    MappingPool() = default;
+    MappingPool(const MappingPool&) = delete;
+    MappingPool& operator=(const MappingPool&) = delete;
+    ~MappingPool() {
+        for (const Mapping& m : free_) unmap(m);
+    }
+    // Everything held, for one run (a concurrent run finds the pool empty and maps its own).
+    std::vector<Mapping> take_all() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return std::exchange(free_, {});
+    }
+    void give_back(std::vector<Mapping> ms) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        free_.insert(free_.end(), ms.begin(), ms.end());
+    }
+
+private:
+    std::mutex mutex_;
+    std::vector<Mapping> free_;
+};
+
 class IntermediateMemory {
 public:
-    IntermediateMemory(std::size_t count, std::size_t bytes) : at_(count, nullptr), bytes_(std::max<std::size_t>(bytes, 1)) {}
+    // The pool's mappings (an earlier run's) are used before new ones; those smaller than `bytes` are unmapped.
+    IntermediateMemory(std::size_t count, std::size_t bytes, MappingPool& pool)
+        : at_(count), bytes_(std::max<std::size_t>(bytes, 1)), pool_(pool), unused_(pool.take_all()) {}
+    // The mappings this run used go back to the pool; those it did not need are unmapped, so the pool never
+    // holds more than one run's peak.
     ~IntermediateMemory() {
-        for (std::byte* p : at_)
-            if (p) spare_.push_back(p);
-        for (std::byte* p : spare_) ::munmap(p, bytes_);
+        for (const Mapping& m : at_)
+            if (m.data) spare_.push_back(m);
+        for (const Mapping& m : unused_) unmap(m);
+        pool_.give_back(std::move(spare_));
     }
     IntermediateMemory(const IntermediateMemory&) = delete;
     IntermediateMemory& operator=(const IntermediateMemory&) = delete;
 
-    std::byte* at(std::size_t i) const { return at_[i]; }
+    std::byte* at(std::size_t i) const { return at_[i].data; }
     // Intermediate i's memory, taken on first use (throws std::bad_alloc when there is none).
     std::byte* take(std::size_t i) {
-        if (at_[i]) return at_[i];
+        if (at_[i].data) return at_[i].data;
         if (!spare_.empty()) {
             at_[i] = spare_.back();
             spare_.pop_back();
-            return at_[i];
+            return at_[i].data;
+        }
+        while (!unused_.empty()) {
+            const Mapping m = unused_.back();
+            unused_.pop_back();
+            if (m.bytes >= bytes_) return (at_[i] = m).data;
+            unmap(m);
         }
         void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) throw std::bad_alloc();
         ::madvise(p, bytes_, MADV_HUGEPAGE);  // (a hint: without THP, 4 KB pages)
-        return at_[i] = static_cast<std::byte*>(p);
+        return (at_[i] = Mapping{static_cast<std::byte*>(p), bytes_}).data;
     }
     void give(std::size_t i) {
-        if (at_[i]) spare_.push_back(at_[i]);
-        at_[i] = nullptr;
+        if (at_[i].data) spare_.push_back(at_[i]);
+        at_[i] = Mapping{};
     }
 
 private:
-    std::vector<std::byte*> at_, spare_;
+    std::vector<Mapping> at_, spare_;
     std::size_t bytes_;
+    MappingPool& pool_;
+    std::vector<Mapping> unused_;  // the pool's mappings, not yet needed by this run
 };
 
 class CpuExecutable final : public Executable {
@@ -124,7 +172,7 @@ public:
         // Intermediates: dense panels (ld = cols) of the run's dtype, made by their producing step and
         // dropped after their last reader.
         const std::size_t elem = dtype_size(outputs.front().dtype);
-        IntermediateMemory tmp(plan_.intermediates.size(), static_cast<std::size_t>(rows * cols) * elem);
+        IntermediateMemory tmp(plan_.intermediates.size(), static_cast<std::size_t>(rows * cols) * elem, mappings_);
         auto panel = [&](const codegen::Plan::Slot& at) -> std::pair<void*, std::int64_t> {
             const std::size_t i = static_cast<std::size_t>(at.index);
             switch (at.kind) {
@@ -258,6 +306,7 @@ private:
     mutable std::mutex step_ms_mutex_;
     std::vector<double> last_step_ms_;  // each step's time in the last run (or chunk), for explain()
     std::vector<cpu::CompiledKernel> kernels_;
+    MappingPool mappings_;  // intermediates' memory kept from one run to the next
     struct Slots {
         std::vector<codegen::Plan::Slot> in, out;  // kernel slot -> where its panel lives in a run
     };

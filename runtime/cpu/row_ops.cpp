@@ -9,6 +9,7 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <span>
 #include <utility>
@@ -36,6 +37,8 @@ struct Scratch {
     std::vector<std::int64_t> members;       // the valid columns of the row, grouped
     std::vector<double> values, out;         // one group's values and results
     std::vector<Keyed> sorted, tmp;          // the row's order (by value, by group id), and the sorts' buffer
+    std::vector<double> order_g;             // the group ids that by_group was made for
+    std::vector<std::int64_t> by_group;      // the columns whose id is not NaN, by id, then by column
 };
 
 // ---- sorting ---------------------------------------------------------------------------------------
@@ -209,24 +212,46 @@ void store(const RowPanel& p, std::int64_t t, std::int64_t cols, const std::vect
     for (std::int64_t j = 0; j < cols; ++j) dst[j] = static_cast<T>(row[static_cast<std::size_t>(j)]);
 }
 
+// The columns with a group id, by id, then by column, for the row's ids s.g: remade only when the ids differ
+// from the last row's (bitwise), as group ids seldom change from one row to the next (the 101 alphas' industry
+// panels never do), so that a row of group_neutralize or group_zscore costs no sort.
+const std::vector<std::int64_t>& columns_by_group(std::int64_t cols, Scratch& s) {
+    const std::size_t n = static_cast<std::size_t>(cols);
+    if (s.order_g.size() == n && std::memcmp(s.order_g.data(), s.g.data(), n * sizeof(double)) == 0) return s.by_group;
+    s.sorted.clear();
+    for (std::size_t j = 0; j < n; ++j)
+        if (!std::isnan(s.g[j])) s.sorted.push_back({order_key(s.g[j]), static_cast<std::uint32_t>(j)});
+    sort_keyed(s.sorted, s.tmp, true);
+    s.by_group.resize(s.sorted.size());
+    for (std::size_t k = 0; k < s.sorted.size(); ++k) s.by_group[k] = s.sorted[k].pos;
+    s.order_g.assign(s.g.begin(), s.g.end());
+    return s.by_group;
+}
+
 // One row: s.x (and s.g) in, s.result out.
 void one_row(const RowOpDef& def, std::int64_t cols, Scratch& s) {
     s.result.assign(static_cast<std::size_t>(cols), kNaN);
     s.members.clear();
-    for (std::int64_t j = 0; j < cols; ++j) {
-        const std::size_t i = static_cast<std::size_t>(j);
-        if (!std::isnan(s.x[i]) && !(def.grouped && std::isnan(s.g[i]))) s.members.push_back(j);
+    if (def.grouped && !def.by_value) {
+        // The valid columns in the order the sort below would give: by group id, then by column.
+        for (const std::int64_t j : columns_by_group(cols, s))
+            if (!std::isnan(s.x[static_cast<std::size_t>(j)])) s.members.push_back(j);
+    } else {
+        for (std::int64_t j = 0; j < cols; ++j) {
+            const std::size_t i = static_cast<std::size_t>(j);
+            if (!std::isnan(s.x[i]) && !(def.grouped && std::isnan(s.g[i]))) s.members.push_back(j);
+        }
     }
     // The order of the members: by value where the operator wants it, then (stably) by group id, so that
     // a group's columns are next to each other, in ascending value or column order.
-    if (def.by_value || def.grouped) {
+    if (def.by_value) {
         const std::size_t m = s.members.size();
         s.sorted.resize(m);
         for (std::size_t k = 0; k < m; ++k) {
             const auto j = static_cast<std::size_t>(s.members[k]);
-            s.sorted[k] = {def.by_value ? order_key(s.x[j]) : 0, static_cast<std::uint32_t>(j)};
+            s.sorted[k] = {order_key(s.x[j]), static_cast<std::uint32_t>(j)};
         }
-        if (def.by_value) sort_keyed(s.sorted, s.tmp, false);  // equal values: any order
+        sort_keyed(s.sorted, s.tmp, false);  // equal values: any order
         if (def.grouped) {
             for (Keyed& e : s.sorted) e.key = order_key(s.g[e.pos]);
             sort_keyed(s.sorted, s.tmp, true);
@@ -251,38 +276,59 @@ void one_row(const RowOpDef& def, std::int64_t cols, Scratch& s) {
     }
 }
 
-// rank over whole rows of a float32 panel, the operator the alphas use most (A1: 120 of 160 row steps): each
+// rank over whole rows of a float32 panel, the operator the alphas use most (A1: 134 of 159 row steps): each
 // valid cell's order key and column packed into one 64-bit word (key high), sorted by an LSD radix sort over
-// the key bytes that differ, and the ranks written straight to the outputs; no float64 copy of the row, no
+// the key bits that differ, and the ranks written straight to the outputs; no float64 copy of the row, no
 // list of members. The ranks equal one_row's (the same ties: equal float32 values, -0 and +0 together; the
-// same formula), so results do not depend on which path ran. bench/RESULTS.md, "A1 on the CPU", has the times.
-std::uint32_t order_key32(float x) {
-    const std::uint32_t bits = std::bit_cast<std::uint32_t>(x == 0 ? 0.0f : x);
-    return bits >> 31 ? ~bits : bits | (std::uint32_t{1} << 31);
+// same value, see rank_of below), so results do not depend on which path ran. bench/RESULTS.md, "A1 on the
+// CPU", has the times.
+
+// Per-worker buffers of rank_rows_f32, reused row after row.
+struct RankScratch {
+    std::vector<std::uint32_t> key;     // the row's order keys, column order
+    std::vector<std::uint64_t> a, tmp;  // (key, column) words and the radix sort's second buffer
+};
+
+// The order keys of a row (unsigned, in the order of the floats, -0 with +0; NaN or not), the bits that differ
+// between valid keys and the count of NaNs: integer operations without branches, so that the loop vectorises.
+struct RowKeys {
+    std::uint32_t varying = 0;
+    std::size_t nans = 0;
+};
+
+RowKeys row_keys(const float* src, std::size_t cols, std::uint32_t* key) {
+    std::uint32_t all_or = 0, all_and = ~0u;
+    std::size_t nans = 0;
+    for (std::size_t j = 0; j < cols; ++j) {
+        const std::uint32_t raw = std::bit_cast<std::uint32_t>(src[j]), magnitude = raw & 0x7fffffffu;
+        const std::uint32_t bits = magnitude == 0 ? 0u : raw;  // -0 as +0
+        const std::uint32_t k = bits ^ (static_cast<std::uint32_t>(static_cast<std::int32_t>(bits) >> 31) | 0x80000000u);
+        key[j] = k;
+        const bool nan = magnitude > 0x7f800000u;
+        nans += nan;
+        all_or |= nan ? 0u : k;
+        all_and &= nan ? ~0u : k;
+    }
+    return {all_or ^ all_and, nans};
 }
 
-// By the key (the high 32 bits): an LSD radix sort over the key bits that differ at all in the row, in digits
-// of at most 11 bits (2,048 counters), so that prices (100 + N(0,1): 22 bits differ) take two passes and
-// most rows three; a short row a comparison sort.
-void sort_packed(std::vector<std::uint64_t>& a, std::vector<std::uint64_t>& tmp) {
-    const std::size_t n = a.size();
-    if (n < 256) {
-        std::sort(a.begin(), a.end());
-        return;
-    }
-    const std::uint32_t k0 = static_cast<std::uint32_t>(a[0] >> 32);
-    std::uint32_t diff = 0;
-    for (const std::uint64_t e : a) diff |= static_cast<std::uint32_t>(e >> 32) ^ k0;
-    if (diff == 0) return;  // one value
-    const int lo = std::countr_zero(diff), span = 32 - std::countl_zero(diff) - lo;
-    const int passes = (span + 10) / 11, bits = (span + passes - 1) / passes;
+// P passes of an LSD radix sort of a[0..n) by the key bits lo .. lo + span - 1, in digits of ceil(span / P)
+// bits; the pass count a template argument, so that the counting loop is unrolled (10-20 % of rank's time
+// in a one-thread benchmark of rows of 5,000). Returns the buffer holding the result (a or tmp).
+template <int P>
+std::uint64_t* radix_passes(std::uint64_t* a, std::uint64_t* tmp, std::size_t n, int lo, int span) {
+    const int bits = (span + P - 1) / P;
     const std::uint64_t mask = (std::uint64_t{1} << bits) - 1;
-    std::array<std::array<std::uint32_t, 2048>, 3> count;
-    for (int p = 0; p < passes; ++p) count[static_cast<std::size_t>(p)].fill(0);
-    for (const std::uint64_t e : a)
-        for (int p = 0; p < passes; ++p) ++count[static_cast<std::size_t>(p)][(e >> (32 + lo + p * bits)) & mask];
-    tmp.resize(n);
-    for (int p = 0; p < passes; ++p) {
+    std::array<std::array<std::uint32_t, 2048>, P> count;
+    for (std::array<std::uint32_t, 2048>& c : count)
+        std::fill(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(mask + 1), 0u);
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::uint64_t k = a[i] >> (32 + lo);
+        ++count[0][k & mask];
+        if constexpr (P > 1) ++count[1][(k >> bits) & mask];
+        if constexpr (P > 2) ++count[2][(k >> (2 * bits)) & mask];
+    }
+    for (int p = 0; p < P; ++p) {
         std::array<std::uint32_t, 2048>& c = count[static_cast<std::size_t>(p)];
         const int shift = 32 + lo + p * bits;
         std::uint32_t sum = 0;
@@ -291,39 +337,85 @@ void sort_packed(std::vector<std::uint64_t>& a, std::vector<std::uint64_t>& tmp)
             c[d] = sum;
             sum += here;
         }
-        for (const std::uint64_t e : a) tmp[c[(e >> shift) & mask]++] = e;
-        a.swap(tmp);
+        for (std::size_t i = 0; i < n; ++i) tmp[c[(a[i] >> shift) & mask]++] = a[i];
+        std::swap(a, tmp);
+    }
+    return a;
+}
+
+// Sorts a[0..n) by the key (the high 32 bits), whose differing bits are `varying`: an LSD radix sort over
+// those bits only, in digits of at most 11 bits (2,048 counters), so that prices (100 + N(0,1): 22 bits
+// differ) take two passes and most rows three; a short row a comparison sort. Returns the buffer that holds
+// the result (a or tmp).
+std::uint64_t* sort_packed(std::uint64_t* a, std::uint64_t* tmp, std::size_t n, std::uint32_t varying) {
+    if (varying == 0) return a;  // one value
+    if (n < 256) {
+        std::sort(a, a + n);
+        return a;
+    }
+    const int lo = std::countr_zero(varying), span = 32 - std::countl_zero(varying) - lo;
+    switch ((span + 10) / 11) {
+    case 1: return radix_passes<1>(a, tmp, n, lo, span);
+    case 2: return radix_passes<2>(a, tmp, n, lo, span);
+    default: return radix_passes<3>(a, tmp, n, lo, span);
     }
 }
+
+// The rank of the run of equal values at sorted positions i..j-1 of n, (i + 1 + j) / 2 / n, as float32: the
+// product s * (1 / 2n) (s = i + 1 + j) in float64 rounds to the same float32 as the quotient (the division
+// per run took 14 % of the samples of rank's row loop in a profile of the 101 alphas). Both are within
+// 2^-52 of s / 2n relative; a float32 rounding boundary that is not s / 2n itself lies at least 2^-25 / 2n
+// relative from it, and s / 2n can be a boundary only for 2n >= 2^25; so below n = 2^23 they agree
+// (tests/test_rank_rows.cpp checks every s for n <= 5,000). Wider rows divide.
+struct RankOf {
+    std::size_t n;
+    double inv_2n;
+    explicit RankOf(std::size_t count) : n(count), inv_2n(1.0 / (2.0 * static_cast<double>(count))) {}
+    float operator()(std::size_t i, std::size_t j) const {
+        if (n >= (std::size_t{1} << 23))
+            return static_cast<float>((static_cast<double>(i + 1 + j) / 2.0) / static_cast<double>(n));
+        return static_cast<float>(static_cast<double>(i + 1 + j) * inv_2n);
+    }
+};
 
 void rank_rows_f32(const RowPanel& x, const std::vector<RowPanel>& outputs, std::int64_t rows, std::int64_t cols,
                    rt::ThreadPool& pool) {
     const std::int64_t tasks = std::min<std::int64_t>(rows, 8 * static_cast<std::int64_t>(pool.size()));
+    const std::size_t width = static_cast<std::size_t>(cols);
     pool.parallel_for(tasks, [&](std::int64_t task, int) {
-        std::vector<std::uint64_t> a, tmp;
-        a.reserve(static_cast<std::size_t>(cols));
+        RankScratch s;
+        s.key.resize(width);
+        s.a.resize(width);
+        s.tmp.resize(width);
         const std::int64_t begin = rows * task / tasks, end = rows * (task + 1) / tasks;
         const float nan = std::numeric_limits<float>::quiet_NaN();
         for (std::int64_t t = begin; t < end; ++t) {
             const float* src = static_cast<const float*>(x.data) + t * x.ld;
-            a.clear();
-            for (std::int64_t j = 0; j < cols; ++j) {
-                const float v = src[j];
-                if (std::isnan(v)) {
-                    for (const RowPanel& o : outputs) static_cast<float*>(o.data)[t * o.ld + j] = nan;
-                } else {
-                    a.push_back(std::uint64_t{order_key32(v)} << 32 | static_cast<std::uint64_t>(j));
+            const RowKeys keys = row_keys(src, width, s.key.data());
+            std::uint64_t* a = s.a.data();
+            std::size_t n = width;
+            if (keys.nans == 0) {
+                for (std::size_t j = 0; j < width; ++j) a[j] = std::uint64_t{s.key[j]} << 32 | j;
+            } else {
+                n = 0;
+                for (std::size_t j = 0; j < width; ++j) {
+                    const bool valid = !std::isnan(src[j]);
+                    a[n] = std::uint64_t{s.key[j]} << 32 | j;  // kept only where valid: n moves on
+                    n += valid;
+                    if (!valid)
+                        for (const RowPanel& o : outputs)
+                            static_cast<float*>(o.data)[t * o.ld + static_cast<std::int64_t>(j)] = nan;
                 }
             }
-            sort_packed(a, tmp);
-            const std::size_t n = a.size();
+            const std::uint64_t* sorted = sort_packed(a, s.tmp.data(), n, keys.varying);
+            const RankOf rank_of(n);
             for (std::size_t i = 0; i < n;) {
                 std::size_t j = i + 1;
-                while (j < n && (a[j] >> 32) == (a[i] >> 32)) ++j;  // a run of equal values: ties
-                const float r = static_cast<float>((static_cast<double>(i + 1 + j) / 2.0) / static_cast<double>(n));
+                while (j < n && (sorted[j] >> 32) == (sorted[i] >> 32)) ++j;  // a run of equal values: ties
+                const float r = rank_of(i, j);
                 for (const RowPanel& o : outputs) {
                     float* dst = static_cast<float*>(o.data) + t * o.ld;
-                    for (std::size_t k = i; k < j; ++k) dst[a[k] & 0xffffffffu] = r;
+                    for (std::size_t k = i; k < j; ++k) dst[sorted[k] & 0xffffffffu] = r;
                 }
                 i = j;
             }
