@@ -33,14 +33,15 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 load() { cut -d' ' -f1 /proc/loadavg; }
 
-# Prints the seconds of the load + add + save itself (without the interpreter's start and numpy's import).
+# Prints the wall and CPU seconds of the load + add + save itself (without the interpreter's start and numpy's
+# import).
 numpy_add() {
   "$py" -c '
 import sys, time, numpy as np
 d = sys.argv[1]
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 np.save(d + "/sum.npy", np.load(d + "/A.npy") + np.load(d + "/B.npy"))
-print(time.perf_counter() - t0)' "$1"
+print(f"{time.perf_counter() - t0:.3f} {time.process_time() - c0:.3f}")' "$1"
 }
 fj_eval() {  # DIR [extra eval options]
   local d=$1
@@ -48,31 +49,34 @@ fj_eval() {  # DIR [extra eval options]
   "$fj" eval --backend cpu -e 'corr(window(A,20), window(B,20))' -i A="$d/A.npy" -i B="$d/B.npy" -o "$d/out.npy" \
     ${EVAL_ARGS:-} "$@"
 }
-# Wall seconds of one command (GNU time's %e has 10 ms steps: date's nanoseconds instead); its stdout goes to
-# $tmp/stdout.
-wall() {
-  local t0 t1
-  t0=$(date +%s.%N)
-  "$@" > "$tmp/stdout"
-  t1=$(date +%s.%N)
-  echo "$t1 - $t0" | bc
+# "wall cpu": the wall seconds of one command and its processes' CPU seconds (user + system), from bash's `time`
+# (milliseconds; GNU time's %e has 10 ms steps). CPU seconds move less with the machine's load than wall time.
+# The command's stdout goes to $tmp/stdout.
+wall_cpu() {
+  local TIMEFORMAT='%R %U %S' r u s
+  { time "$@" > "$tmp/stdout" 2> "$tmp/stderr"; } 2> "$tmp/times"
+  read -r r u s < "$tmp/times"
+  echo "$r $(echo "$u + $s" | bc)"
 }
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 echo "== 1. 50,000 x 1,000 float32: numpy load A, B + add + save, against factorjit eval (CPU), $reps runs each, alternating"
 echo "   machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $(date -u +%FT%TZ)"
 numpy_add "$d1" > /dev/null; fj_eval "$d1" > /dev/null   # warm the page cache and the kernel disk cache
-np_times="" np_inner="" fj_times=""
+np_times="" np_inner="" np_cpus="" np_inner_cpus="" fj_times="" fj_cpus=""
 for r in $(seq "$reps"); do
-  sync; l=$(load); t=$(wall numpy_add "$d1"); np_times="$np_times $t"; i=$(cat "$tmp/stdout"); np_inner="$np_inner $i"
-  echo "   numpy     run $r: ${t} s, of which load + add + save ${i} s (load $l)"
-  sync; l=$(load); t=$(wall fj_eval "$d1"); fj_times="$fj_times $t"
-  echo "   factorjit run $r: ${t} s (load $l)"
+  sync; l=$(load); read -r t c < <(wall_cpu numpy_add "$d1"); read -r i ic < "$tmp/stdout"
+  np_times="$np_times $t"; np_cpus="$np_cpus $c"; np_inner="$np_inner $i"; np_inner_cpus="$np_inner_cpus $ic"
+  echo "   numpy     run $r: ${t} s (CPU ${c} s), of which load + add + save ${i} s (CPU ${ic} s) (load $l)"
+  sync; l=$(load); read -r t c < <(wall_cpu fj_eval "$d1")
+  fj_times="$fj_times $t"; fj_cpus="$fj_cpus $c"
+  echo "   factorjit run $r: ${t} s (CPU ${c} s) (load $l)"
 done
 np_med=$(echo "$np_times" | median); np_in=$(echo "$np_inner" | median); fj_med=$(echo "$fj_times" | median)
+np_cpu=$(echo "$np_cpus" | median); np_in_cpu=$(echo "$np_inner_cpus" | median); fj_cpu=$(echo "$fj_cpus" | median)
 echo "E2E numpy median ${np_med} s (process), ${np_in} s (load + add + save alone); factorjit eval median ${fj_med} s (process):" \
   "ratio $(echo "scale=3; $fj_med / $np_med" | bc) to numpy's process, $(echo "scale=3; $fj_med / $np_in" | bc) to its" \
-  "load + add + save alone (target <= 1.5); load now $(load)"
+  "load + add + save alone (target <= 1.5); CPU seconds, medians: numpy ${np_cpu} (process), ${np_in_cpu} (alone), factorjit ${fj_cpu}; load now $(load)"
 rm -f "$d1/sum.npy"
 echo "   factorjit -v, one more run: $(fj_eval "$d1" -v 2>&1 | grep -iE 'streamed|chunks' | tr '\n' ' ')"
 
