@@ -1154,9 +1154,11 @@ void j2_host_overhead() {
                 "%.2f us); target <= 10 us: %s\n",
                 a50, a90, a50 <= 10 ? "met" : "MISSED");
     const double r50 = median(run_us) - bare;
-    std::printf("J2  cached run, same panels: %.2f us host overhead a call (run wall %.2f us, median of 2000, minus an empty "
-                "kernel's launch + synchronise %.2f us); target <= 10 us: %s\n",
-                r50, median(run_us), bare, r50 <= 10 ? "met" : "MISSED");
+    // (TARGETS.md's J2 for run is 20 us. This includes the corr kernel's own GPU time over 64 rows, which bench_gpu's
+    // J2 row, on 1 x 32 panels, leaves out.)
+    std::printf("J2  cached run, same panels: %.2f us host overhead and kernel time a call (run wall %.2f us, median of 2000, "
+                "minus an empty kernel's launch + synchronise %.2f us); target <= 20 us: %s\n",
+                r50, median(run_us), bare, r50 <= 20 ? "met" : "MISSED");
     std::fflush(stdout);
 }
 
