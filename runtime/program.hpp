@@ -67,8 +67,8 @@ struct RunOptions {
     // Empty: the program's one device (FJ_CUDA_DEVICE, default 0), as without this option. Every GPU:
     // fj::all_cuda_devices() (runtime/devices.hpp). An ordinal may appear twice ({0, 0}: two workers share
     // device 0 and its budget), a testing aid for the hand-out on a machine with one GPU. Panels in device
-    // memory run on the device that holds them whatever this says; device panels mixed with host panels,
-    // or panels on two devices, are refused (fj::InputError) when it is set. The CPU backend ignores it.
+    // memory run on the device that holds them whatever this says (panels on two devices are refused with
+    // fj::InputError, as are device panels mixed with host panels, always). The CPU backend ignores it.
     std::vector<int> devices;
 };
 

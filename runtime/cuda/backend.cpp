@@ -190,9 +190,8 @@ private:
     // `workers`: the device ordinal of each worker (the program's device alone, or RunOptions::devices).
     void run_host_pipeline(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs, const RunOptions& options,
                            const std::vector<int>& workers);
-    // The device that holds the run's device panels (-1: none), after checking they are all on one device and,
-    // where RunOptions::devices is set, that no host panel is mixed with them.
-    int device_of_panels(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs, const RunOptions& options) const;
+    // The device that holds the run's device panels (-1: none), after checking they are all on one device.
+    int device_of_panels(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs) const;
     // This plan as executable on device `ordinal` for the k-th worker there (this one for the program's device's
     // first): prepared at first use, kept. Each has its own streams, pipeline and per-run scratch, so workers on
     // one device do not share state. Called with run_mutex_ held.
@@ -353,7 +352,7 @@ void CudaExecutable::run(const std::vector<Panel>& inputs, const std::vector<Pan
                 throw InputError(fmt::format("cuda: RunOptions::devices names device {} but {} device(s) exist (ordinals 0 to {})",
                                              d, count, count - 1));
     }
-    const int holder = device_of_panels(inputs, outputs, options);
+    const int holder = device_of_panels(inputs, outputs);
     if (holder >= 0 && holder != dev_.ordinal) {  // device panels run where they are
         RunOptions here = options;
         here.devices.clear();
@@ -478,19 +477,16 @@ bool CudaExecutable::use_host_pipeline(const std::vector<Panel>& inputs, const s
     return panel_bytes(inputs, outputs) >= kPipelineBytes || options.max_device_bytes > 0 || options.chunk_rows > 0 || options.chunk_cols > 0;
 }
 
-int CudaExecutable::device_of_panels(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs,
-                                     const RunOptions& options) const {
+int CudaExecutable::device_of_panels(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs) const {
+    // (Program::run has checked that the panels are all in one memory: host or device.)
     int holder = -1;
-    std::string holder_name, host_name;
+    std::string holder_name;
     for (int role = 0; role < 2; ++role) {
         const std::vector<Panel>& list = role == 0 ? inputs : outputs;
         for (std::size_t i = 0; i < list.size(); ++i) {
+            if (list[i].memory != Memory::Cuda) continue;
             const std::string name = fmt::format("{} '{}'", role == 0 ? "input" : "output",
                                                  role == 0 ? plan_.inputs.at(i) : plan_.outputs.at(i));
-            if (list[i].memory != Memory::Cuda) {
-                if (host_name.empty()) host_name = name;
-                continue;
-            }
             // Memory the driver does not place on a device (mapped host memory passed as a device panel) runs on
             // the program's device, as it always did.
             int ordinal = dev_.ordinal;
@@ -507,11 +503,6 @@ int CudaExecutable::device_of_panels(const std::vector<Panel>& inputs, const std
             }
         }
     }
-    if (holder >= 0 && !host_name.empty() && !options.devices.empty())
-        throw InputError(fmt::format("cuda: {} is in host memory and {} on device {}, and RunOptions::devices is set: "
-                                     "a run over several devices takes host panels only, a run of device panels runs on "
-                                     "the device that holds them (leave devices empty, or pass host panels only)",
-                                     host_name, holder_name, holder));
     return holder;
 }
 
