@@ -59,8 +59,9 @@ struct RunOptions {
     std::int64_t chunk_rows = 0;
     std::int64_t chunk_cols = 0;
     // Called after each chunk finishes, from the thread that runs the program (on CUDA: the host thread
-    // that waits for the chunk), never concurrently for one run. An exception it throws stops the run and
-    // propagates out of run(). Called at least once (at the end) when set.
+    // that waits for the chunk; with several devices, that device's thread), never concurrently for one run.
+    // An exception it throws stops the run and propagates out of run(). Called at least once (at the end)
+    // when set.
     std::function<void(const RunProgress&)> progress;
     // The GPUs (CUDA device ordinals) a run of host panels spreads its chunks over time across, each with its
     // own context, streams, pinned staging and device budget (max_device_bytes applies to each device).
