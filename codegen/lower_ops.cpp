@@ -110,11 +110,13 @@ private:
     std::set<std::pair<const Node*, int>> needs_third_;          // (x, d) windows needing skew or kurt
     std::set<std::pair<const Node*, int>> needs_fourth_;         // (x, d) windows needing kurt
     std::set<std::pair<const Node*, int>> needs_r2_;             // (x, d) regressions needing rsquare
+    std::set<std::pair<const Node*, int>> read_by_window_;       // (x, d) whose sum or mean another window reads
 
     struct MomentGroup {
         V n, finite, infinities, signed_infinities = -1, shift, s1v, m2n = -1, is_const = -1;
         V s2v = -1, s3v = -1, s4v = -1;  // (skew, kurt)
         Dd s1, s2;
+        bool exact_terms = false;  // s1 holds the sum of exact terms x - shift (read_by_window_): sum and mean from it
     };
     struct RegressionGroup { V n, nf, sj, cjj, cjy, cyy, sy, shift, is_const; };
     std::map<std::pair<const Node*, int>, RegressionGroup> regression_groups_;
@@ -172,6 +174,22 @@ void Lowering::plan_moment_groups(const std::vector<const Node*>& roots) {
                                n->op == Op::WStd || n->op == Op::WSkew || n->op == Op::WKurt;
         if (partial && moment_op) partial_.insert({n->args[0], n->d});
         if (partial && op_info(n->op).kind == OpKind::PairWindow) partial_pairs_.insert({n->args[0], n->args[1], n->d});
+    }
+    // Sums and means that another window reads, through pointwise operators and delays: the outer window's var,
+    // std and corr divide by the spread of these values over its rows, which may be far below their magnitude
+    // (a mean of prices at 100 +- 1e-4), so their rounding must stay near that of the values themselves.
+    std::set<const Node*> seen;
+    std::function<void(const Node*)> mark = [&](const Node* a) {
+        if (!seen.insert(a).second) return;
+        const OpKind kind = op_info(a->op).kind;
+        if (a->op == Op::WSum || a->op == Op::WMean) read_by_window_.insert({a->args[0], a->d});
+        if (kind == OpKind::Elementwise || kind == OpKind::Lag)
+            for (const Node* b : a->args) mark(b);
+    };
+    for (const Node* n : topo_order(roots)) {
+        const OpKind kind = op_info(n->op).kind;
+        if (kind == OpKind::Window || kind == OpKind::PairWindow)
+            for (const Node* a : n->args) mark(a);
     }
 }
 
@@ -377,6 +395,27 @@ struct DdMath {
         return ir.add(ir.sub(q.hi, p.hi), ir.sub(q_lo, p_lo));
     }
     V value(Dd s) { return exact ? ir.add(s.hi, s.lo) : s.hi; }
+    // a - b as hi + lo exactly (TwoSum of a and -b): a window's term x - shift where its rounding must not count.
+    Dd difference(V a, V b) {
+        auto [hi, lo] = two_sum(a, ir.f(Prim::Neg, b));
+        return {hi, lo};
+    }
+    // s + a / n rounded once, but for a few units of u^2 |a / n|: where s lies far from the values (a / n near -s)
+    // the plain s + a.hi / n would round by u |a / n|, far more than u |s + a / n|. (q is within a few ulp of
+    // a.hi / n, so the fused remainder a.hi - q n is exact but for u |a.hi| times a few u.)
+    V plus_quotient(V s, Dd a, V n) {
+        V inv = ir.f(Prim::Recip, n);
+        V q = ir.mul(a.hi, inv);
+        V r = ir.add(ir.f(Prim::Fma, ir.f(Prim::Neg, q), n, a.hi), a.lo);
+        auto [h, e] = two_sum(s, q);
+        return ir.add(h, ir.f(Prim::Fma, r, inv, e));
+    }
+    // a + n s rounded once, but for a few units of u^2 (|a| + |n s|): the same for a sum and its shift.
+    V plus_product(Dd a, V n, V s) {
+        Dd p = product(n, s);
+        auto [h, e] = two_sum(p.hi, a.hi);
+        return ir.add(h, ir.add(e, ir.add(p.lo, a.lo)));
+    }
 };
 
 // Running shifted sums of the finite values entering and leaving a window.
@@ -760,8 +799,24 @@ V Lowering::moments(const Node* node) {
         const int shift_slot = ir_.new_state(std::numeric_limits<double>::quiet_NaN(), "shift " + what);
         V shift = sticky_shift(ir_, shift_slot, xv, in_finite);
         Sums sums(ir_, exact_, in_finite, out_finite);
-        V yin = sums.in(ir_.sub(xv, shift)), yout = sums.out(ir_.sub(leave, shift));
+        // Float64 terms x - shift round by u |x - shift|, which a level far from the shift makes large. Where a sum
+        // or mean is read by another window, that would spoil the outer window's spread, and without var's sum of
+        // squares no guard re-shifts the sums: there the terms are kept exactly (hi + lo, lo summed into the
+        // double-double's low part) and sum and mean are formed from them rounded once (DdMath::plus_quotient).
+        const bool exact_terms = exact_ && !second && read_by_window_.count(key) > 0;
+        V yin, yout, lo_in = -1, lo_out = -1;
+        if (exact_terms) {
+            const Dd tin = sums.dd().difference(xv, shift), tout = sums.dd().difference(leave, shift);
+            yin = sums.in(tin.hi);
+            lo_in = sums.in(tin.lo);
+            yout = sums.out(tout.hi);
+            lo_out = sums.out(tout.lo);
+        } else {
+            yin = sums.in(ir_.sub(xv, shift));
+            yout = sums.out(ir_.sub(leave, shift));
+        }
         leaves_as_entered(ir_, yout, yin, d);
+        if (exact_terms) leaves_as_entered(ir_, lo_out, lo_in, d);
         // d finite values or NaN: n = d wherever the result is not NaN (d >= 2: a run of finite rows).
         g.finite = full && d >= 2 ? finite_run(ir_, in_finite, what) : sums.count("finite n " + what);
         if (full) {
@@ -780,7 +835,7 @@ V Lowering::moments(const Node* node) {
             g.signed_infinities = infs.running(si).hi;
             infs.commit();
         }
-        const int s1 = sums.add("sum " + what, yin, yout);
+        const int s1 = exact_terms ? sums.add_dd("sum " + what, {yin, lo_in}, {yout, lo_out}) : sums.add("sum " + what, yin, yout);
         int s2 = -1;
         V n_c = full ? ir_.constant(d) : g.finite;  // the count the centred moment is formed with
         V m2n = -1;
@@ -810,7 +865,8 @@ V Lowering::moments(const Node* node) {
         if (sum) {
             V total = ir_.f(Prim::Fma, g.finite, shift, s1v);
             V one = ir_.constant(1), mag = ir_.f(Prim::Abs, total);
-            guards.test_bound("sum", magnitude(ir_, sums.running(s1)), ir_.select(ir_.lt(mag, one), one, mag), k.per_row, k.term);
+            guards.test_bound("sum", magnitude(ir_, sums.running(s1)), ir_.select(ir_.lt(mag, one), one, mag), k.per_row,
+                              exact_terms ? 0.0 : k.term);
         }
         if (third) higher_moment_guards(ir_, guards, sums, s2, s3, s4, n_c, s1v, m2n, e2, k.per_row, tolerance_);
         // The refold: the window's finite values, shifted by this row's value where it is finite.
@@ -823,9 +879,17 @@ V Lowering::moments(const Node* node) {
         IrBuilder& lag = rf.lag();
         V xk = at_refold_lag(lag, x, 0, memo);
         V ok = lag.land(lag.row_in_pass(0), is_finite(lag, xk));
-        V yk = lag.select(ok, lag.sub(xk, new_shift(lag)), lag.constant(0));
+        V yk, yk_lo = -1;
+        if (exact_terms) {
+            const Dd t = DdMath{lag, true}.difference(xk, new_shift(lag));
+            yk = lag.select(ok, t.hi, lag.constant(0));
+            yk_lo = lag.select(ok, t.lo, lag.constant(0));
+        } else {
+            yk = lag.select(ok, lag.sub(xk, new_shift(lag)), lag.constant(0));
+        }
         rf.refresh(yin, yk);
-        const int f1 = rf.sum(yk);
+        if (exact_terms) rf.refresh(lo_in, yk_lo);
+        const std::pair<int, int> f1{rf.sum(yk), exact_terms ? rf.sum(yk_lo) : -1};
         const std::pair<int, int> f2 = second ? rf.sum_product(yk, yk, exact_) : std::make_pair(-1, -1);
         std::pair<int, int> f3{-1, -1}, f4{-1, -1};
         if (third) {
@@ -876,6 +940,8 @@ V Lowering::moments(const Node* node) {
         guards.store(rf, when >= 0);
         g.s1v = final(e_s1v, s1v);
         if (second) g.m2n = final(e_m2n, m2n);
+        g.exact_terms = exact_terms;
+        if (exact_terms) g.s1 = finals[static_cast<std::size_t>(s1)];
         if (third) {
             g.s2v = sums.dd().value(finals[static_cast<std::size_t>(s2)]);
             g.s3v = sums.dd().value(finals[static_cast<std::size_t>(s3)]);
@@ -896,11 +962,13 @@ V Lowering::moments(const Node* node) {
     switch (node->op) {
     case Op::WCount: return g.n;
     case Op::WSum: {
-        V s = ir_.select(at_least(ir_, g.finite, 1), ir_.add(g.s1v, ir_.mul(g.finite, g.shift)), zero);
+        V total = g.exact_terms ? DdMath{ir_, true}.plus_product(g.s1, g.finite, g.shift) : ir_.add(g.s1v, ir_.mul(g.finite, g.shift));
+        V s = ir_.select(at_least(ir_, g.finite, 1), total, zero);
         return ir_.select(at_least(ir_, g.n, minp), ir_.select(any_inf, inf_part(), s), nan);
     }
     case Op::WMean: {
-        V m = ir_.add(g.shift, ir_.mul(g.s1v, ir_.f(Prim::Recip, g.finite)));
+        V m = g.exact_terms ? DdMath{ir_, true}.plus_quotient(g.shift, g.s1, g.finite)
+                            : ir_.add(g.shift, ir_.mul(g.s1v, ir_.f(Prim::Recip, g.finite)));
         return ir_.select(at_least(ir_, g.n, std::max(minp, 1)), ir_.select(any_inf, inf_part(), m), nan);
     }
     case Op::WVar:
