@@ -163,6 +163,17 @@ TEST_CASE("window scans are chosen and emitted from the kernel without refolds, 
     CHECK(!col0.flags);
     REQUIRE(col0.scan_kernel);
     CHECK(col0.scan_kernel->hash() == fj::ir::without_refolds(k).hash());
+    // By default (FJ_CUDA_WINDOW_SCAN=-1) a guarded kernel takes the column scan, whose guards hold the contract after
+    // spikes, where the unguarded one would be a window scan (w = 250: kWindowScanMinLag).
+    cu::CudaSettings by_default = s;
+    by_default.window_scan = -1;
+    by_default.scan_chain = -1;
+    const fj::codegen::KernelChoice guarded_default =
+        fj::codegen::select_kernel(k, fj::DType::F32, {lds, true}, {"sm_90", 0}, by_default);
+    CHECK(guarded_default.shape == fj::codegen::KernelShape::ColumnScan);
+    CHECK(guarded_default.flags);
+    by_default.guard = 0;
+    CHECK(fj::codegen::select_kernel(k, fj::DType::F32, {lds, true}, {"sm_90", 0}, by_default).shape != fj::codegen::KernelShape::ColumnScan);
     // A kernel without refolds raises none.
     const fj::codegen::KernelChoice plain =
         fj::codegen::select_kernel(fj::ir::without_refolds(k), fj::DType::F32, {lds, true}, {"sm_90", 0}, s);

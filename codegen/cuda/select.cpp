@@ -96,7 +96,11 @@ KernelChoice select_kernel(const ir::Kernel& kernel, DType dtype, const PanelCla
 
     int major = 0, minor = 0;
     parse_arch(device.arch, &major, &minor);
-    const bool wanted = s.window_scan == 1 || (s.window_scan == -1 && long_window_inputs(k) >= kWindowScanMinInputs);
+    // Window and chained scans have no guard: a kernel with refolds that is guarded() takes the column scan (with its
+    // repair flags), which holds the contract after spikes, unless a window scan is asked for (FJ_CUDA_WINDOW_SCAN=1).
+    const bool needs_guard = !kernel.refolds.empty() && guarded(settings, dtype);
+    const bool wanted =
+        s.window_scan == 1 || (s.window_scan == -1 && !needs_guard && long_window_inputs(k) >= kWindowScanMinInputs);
     if (major * 10 + minor < kWindowScanMinArch || !panels.tensor_copies || !wanted) return column_scan();
     // One analysis of the kernel for both variants' layouts and the emission of whichever is chosen (it refers
     // to the kernel it analysed: a stripped one is kept alive with it).
