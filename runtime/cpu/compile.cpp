@@ -25,6 +25,7 @@
 
 #include "dsl/error.hpp"
 #include "codegen/cpu/emit.hpp"
+#include "runtime/cpu/perf_map.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace fj::cpu {
@@ -192,6 +193,7 @@ CompiledKernel LlvmJit::get_one(const ir::Kernel& kernel, DType dtype) {
         throw BackendError(fmt::format("cpu backend: linking kernel {}: {}", e.function, llvm_message(std::move(err))));
     auto sym = unwrap(state_->jit->lookup(e.function), "looking up the compiled kernel");
     c.fn = sym.toPtr<KernelFn>();
+    perf_map_add(std::string_view(e.image.data(), e.image.size()), e.function, sym.getValue());
     state_->linked.emplace(k, c.fn);
     c.source = r.source;  // (memory: another thread compiled it)
     c.object_bytes = static_cast<std::int64_t>(e.image.size());
