@@ -42,6 +42,7 @@
 
 #include "dsl/expr.hpp"
 #include "reference.hpp"
+#include "runtime/backend.hpp"
 #include "runtime/panel.hpp"
 #include "runtime/program.hpp"
 #include "test_data.hpp"
@@ -109,6 +110,22 @@ using CudaF64 = Target<fj::Backend::Cuda, fj::DType::F64>;
 using CudaF32 = Target<fj::Backend::Cuda, fj::DType::F32>;
 using CpuTargets = std::tuple<CpuF64, CpuF32>;
 using CudaTargets = std::tuple<CudaF64, CudaF32>;
+
+// Whether T's backend runs in this build and on this machine (a message where it does not): the GPU machine
+// builds without LLVM, CI has no GPU.
+template <class T>
+bool available() {
+    std::string why;
+    if (T::backend == fj::Backend::Cpu && !fj::rt::cpu_backend()) {
+        MESSAGE("skipped: this build has no CPU backend");
+        return false;
+    }
+    if (T::backend == fj::Backend::Cuda && !fj::rt::cuda_backend(&why)) {
+        MESSAGE("skipped: no usable GPU for the CUDA backend: " << why);
+        return false;
+    }
+    return true;
+}
 
 inline const char* backend_name(fj::Backend b) {
     switch (b) {

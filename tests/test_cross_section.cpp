@@ -142,21 +142,6 @@ NamedExprs mixed_program() {
     };
 }
 
-// Whether T's backend runs in this build and on this machine (a message where it does not).
-template <class T>
-bool available() {
-    std::string why;
-    if (T::backend == fj::Backend::Cpu && !fj::rt::cpu_backend()) {
-        MESSAGE("skipped: this build has no CPU backend");
-        return false;
-    }
-    if (T::backend == fj::Backend::Cuda && !fj::rt::cuda_backend(&why)) {
-        MESSAGE("skipped: no usable GPU for the CUDA backend: " << why);
-        return false;
-    }
-    return true;
-}
-
 }  // namespace
 
 TEST_SUITE("cross_section") {
@@ -177,7 +162,7 @@ TEST_CASE("the reference's cross-sectional definitions on hand-made groups") {
 }
 
 TEST_CASE_TEMPLATE_DEFINE("every cross-sectional operator against the reference", T, cross_ops) {
-    if (!available<T>()) return;
+    if (!fj::test::available<T>()) return;
     for (const CrossData& d : cross_datasets()) {
         CAPTURE(d.ds.label);
         fj::test::check_each(every_cross_op(), d.ds, T::dtype, T::options(), d.check);
@@ -200,7 +185,7 @@ TEST_CASE_TEMPLATE_APPLY(cross_ops, fj::test::CudaTargets);
 // others by a bitonic sort: in shared memory up to 8,192 columns (float32's packed keys: 16,384) and in global
 // memory beyond (12,000 and 40,000 columns).
 TEST_CASE_TEMPLATE_DEFINE("rows wider than shared memory holds", T, cross_wide) {
-    if (!available<T>()) return;
+    if (!fj::test::available<T>()) return;
     for (std::int64_t cols : {383, 384, 385, 5000, 12000, 12288, 12289, 40000}) {
         CAPTURE(cols);
         const Dataset ds = cross_data("N(0,1) with ties, messy, wide", 3, cols, Flavour::Normal, 61);
@@ -210,7 +195,7 @@ TEST_CASE_TEMPLATE_DEFINE("rows wider than shared memory holds", T, cross_wide) 
 TEST_CASE_TEMPLATE_APPLY(cross_wide, fj::test::CudaTargets);
 
 TEST_CASE("float64 rows beyond 1e154: zscore is NaN where its sum of squares overflows, the rest as usual") {
-    if (!available<fj::test::CpuF64>()) return;
+    if (!fj::test::available<fj::test::CpuF64>()) return;
     Dataset ds = cross_data("N(0,1), rows x 1e160", 40, 23, Flavour::Normal, 38);
     for (const char* name : {"A", "B"})
         for (std::size_t i = 0; i < ds.inputs.at(name).size(); ++i)
@@ -224,7 +209,7 @@ TEST_CASE("float64 rows beyond 1e154: zscore is NaN where its sum of squares ove
 }
 
 TEST_CASE_TEMPLATE_DEFINE("time-series and row steps mixed, on any time tile and thread count", T, cross_mixed) {
-    if (!available<T>()) return;
+    if (!fj::test::available<T>()) return;
     const Dataset ds = cross_data("price, messy", 260, 37, Flavour::Price, 41);
     std::optional<std::map<std::string, std::vector<double>>> first;
     for (int threads : {1, 2})
@@ -249,7 +234,7 @@ TEST_CASE_TEMPLATE_APPLY(cross_mixed, fj::test::CpuTargets);
 TEST_CASE_TEMPLATE_APPLY(cross_mixed, fj::test::CudaTargets);
 
 TEST_CASE_TEMPLATE_DEFINE("ranks of computed values: rank(-1 * correlation(open, volume, 10)) and group ranks", T, cross_computed) {
-    if (!available<T>()) return;
+    if (!fj::test::available<T>()) return;
     Dataset ds = cross_data("price, messy", 200, 37, Flavour::Price, 51);
     ds.inputs["open"] = ds.inputs.at("A");
     ds.inputs["volume"] = fj::test::make_panel(ds.rows, ds.cols, fj::test::messy(Flavour::Offset1e4), 52);
@@ -293,7 +278,7 @@ TEST_CASE_TEMPLATE_APPLY(cross_computed, fj::test::CpuTargets);
 TEST_CASE_TEMPLATE_APPLY(cross_computed, fj::test::CudaTargets);
 
 TEST_CASE("explain() shows row steps, the panels alive and the CPU's row-step line") {
-    if (!available<fj::test::CpuF32>()) return;
+    if (!fj::test::available<fj::test::CpuF32>()) return;
     fj::CompileOptions o;
     o.backend = fj::Backend::Cpu;
     const fj::Program p = fj::compile({{"r", fj::mean(fj::window(fj::rank(A), 5))}}, o);
