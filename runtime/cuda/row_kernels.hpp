@@ -5,9 +5,10 @@
 // A block owns a row (blocks stride over rows). It keys the row's valid columns by (group id, value) in an
 // order-preserving integer form (NaN values and NaN group ids are left out and their outputs are NaN) and sorts
 // them: float32 keys packed with the column into one 64-bit word (the value's key for rank; the group's key, or
-// none, for the operators that need no order of values: all but the ranks) by a radix sort of 8-bit digits in
-// shared memory, the others (float64, group_rank, rows wider than 12,288 columns) by a bitonic sort, in shared
-// memory where the row fits (row_kernel_smem_columns()) and in a global scratch area of the launch otherwise.
+// none, for the operators that need no order of values: all but the ranks) by a radix sort of 6-bit digits in
+// shared memory, the others (float64, group_rank, rows whose radix buffers do not fit shared memory: beyond
+// 12,288 columns for rank, about 9,000 for the others) by a bitonic sort, in shared memory where the row fits
+// (row_kernel_smem_columns()) and in a global scratch area of the launch otherwise.
 // Then each group (the whole row for the plain operators) goes to a warp: its count, sums and extremes in a fixed
 // order (results do not depend on the launch). Ranks take every thread of the block: each sorted position finds
 // its group's bounds and its tie run by binary search. Columns of a row: 1 to 2^30.
@@ -39,8 +40,8 @@ std::int64_t row_kernel_smem_columns(DType dtype, Op op, int smem_bytes);
 
 // How a row step launches for rows of `cols` columns: threads a block, the keys' padded count, the dynamic shared
 // memory, and whether the keys sort in shared memory (else in a global scratch area of padded * key bytes a block).
-// Float32 rows up to 12,288 columns (but for group_rank) take the radix sort, a block of ceil(cols / 384) warps;
-// the others a bitonic sort of the next power of two, 1,024 threads a block.
+// Float32 rows (but for group_rank) whose keys, spare keys and counters fit take the radix sort, a block of
+// ceil(cols / 384) warps; the others a bitonic sort of the next power of two, 1,024 threads a block.
 struct RowLaunch {
     int threads = 0;
     std::int64_t padded = 0;
