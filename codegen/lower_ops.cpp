@@ -1483,13 +1483,25 @@ V Lowering::regression(const Node* node) {
         V root = ir_.f(Prim::Sqrt, ir_.select(ir_.lt(cyy_run, zero), zero, cyy_run));  // n sd(y), population
         V sd = ir_.mul(root, ir_.f(Prim::Recip, nf));
         V unit = ir_.select(ir_.lt(sd, one), sd, one);  // min(1, sd y)
-        const double dd2 = static_cast<double>(d) * d;
-        V lhs_jy = ir_.mul(ir_.constant(k.per_row), ir_.add(ir_.mul(dc, ew), ir_.mul(ir_.constant(dd2), e1)));
-        if (k.term > 0) lhs_jy = ir_.f(Prim::Fma, ir_.add(wa, ir_.mul(dc, sya)), ir_.constant(d * k.term), lhs_jy);
-        guards.test(lhs_jy, limit(ir_.mul(ir_.constant(0.5 / d), ir_.mul(g.cjj, unit))));
-        V lhs_y = ir_.mul(ir_.constant(2.0 * k.per_row), e1);
-        if (k.term > 0) lhs_y = ir_.f(Prim::Fma, sya, ir_.constant(k.term), lhs_y);
+        // Cjy = nf SW - Sj Sy: what SW and Sy carry (SW also takes each row's error of Sy: its 4 E1), weighted by the
+        // window's own nf and Sj (not d and d^2: windows of few values, as at a pass's start, have small Cjj).
+        // Float64 terms y_i rounded by d_i (|d_i| <= u |y_i|) move Cjy by nf sum (j_i - mean j) d_i, at most
+        // u sqrt(nf Cjj Syy) (Cauchy-Schwarz; Syy the sum of squares), and Sy by at most u sqrt(nf Syy): each of those
+        // takes half of its limit (the first version's linear bounds, (|SW| + d |Sy|) and |Sy| times u, fired on most
+        // clean passes: docs/numerics.md), the rounding bounds the other half.
+        const double share = k.term_squares > 0 ? 0.5 : 1.0;
+        V syy = squares_magnitude(ir_, sums.running(s2));
+        V lhs_jy = ir_.mul(ir_.constant(k.per_row / share), ir_.add(ir_.mul(nf, ew), ir_.mul(sj, e1)));
+        V limit_jy = limit(ir_.mul(ir_.constant(0.5 / d), ir_.mul(g.cjj, unit)));
+        guards.test(lhs_jy, limit_jy);
+        V lhs_y = ir_.mul(ir_.constant(2.0 * k.per_row / share), e1);
         guards.test(lhs_y, limit(ir_.mul(ir_.constant(0.5), ir_.mul(nf, unit))));
+        if (k.term_squares > 0) {
+            V unit2 = ir_.mul(unit, unit);
+            guards.test(ir_.mul(ir_.constant(static_cast<double>(d) * d * k.term_squares), ir_.mul(nf, syy)),
+                        limit(ir_.mul(g.cjj, unit2)));
+            guards.test(ir_.mul(ir_.constant(k.term_squares), syy), limit(ir_.mul(nf, unit2)));
+        }
 
         // The refold: the window's finite values shifted by this row's (or the latest finite) value, and their
         // positions, d - k at lag k, from a ring of row indices.
