@@ -12,7 +12,7 @@
 //                              both measured in this run; the talk's demo 3 on the same page-locked panels), G2b
 //                              (pageable: first run and warm), G2a (page-locked), G2r (caller memory registered by
 //                              fj::register_host), G3a/G3b (max_device_bytes = 8 GiB); then J2 (host time of a
-//                              cached run_async and run on small device panels). Time, x floor, target, met/MISSED.
+//                              cached run_async on small device panels). Time, x floor, target, met/MISSED.
 //
 // Method (TARGETS.md, METHOD.md): data generated on the device (price-like random walks around 100 and a
 // correlated partner, never zeros), warm-up first, medians of timed runs with CUDA events on the legacy
@@ -226,6 +226,18 @@ void generate(cu::CUdeviceptr a, cu::CUdeviceptr b, long long rows, long long co
     FJ_CU(cuLaunchKernel, gen_kernel(), grid, 1u, 1u, 128u, 1u, 1u, 0u, nullptr, args, nullptr);
     FJ_CU(cuCtxSynchronize);
 }
+
+// Small device panels A, B (generate()'s prices) and an output c, T x N float32, for the host-overhead figures (J2).
+struct SmallCorrPanels {
+    DevBuf a, b, out;
+    std::map<std::string, fj::Panel> in, outs;
+    SmallCorrPanels(long long T, long long N, int seed)
+        : a(static_cast<std::size_t>(T * N) * 4), b(a.bytes), out(a.bytes) {
+        generate(a.p, b.p, T, N, seed);
+        in = {{"A", fj::Panel::device(a.p, T, N, N, fj::DType::F32)}, {"B", fj::Panel::device(b.p, T, N, N, fj::DType::F32)}};
+        outs = {{"c", fj::Panel::device(out.p, T, N, N, fj::DType::F32)}};
+    }
+};
 
 // One bad tick of 1e8 in each of k columns of a (spread over the columns, at rows spread over the panel): the
 // passes that hold one need their refolds (FJ_CUDA_GUARD=1 reruns them in the repair pass).
@@ -1115,50 +1127,30 @@ bool host_figures(long long T, long long N) {
     return ok;
 }
 
-// J2: the host time of a cached call on small device panels (64 x 32 float32): run_async (enqueue only; the
-// stream is synchronised every 64 calls, outside the timed calls, so its queue never fills) and run (which waits
-// for its work: the bare launch + synchronise of an empty kernel is subtracted, as bench_gpu's J2 row does).
+// J2 of run_async: the host time of a cached call on small device panels (64 x 32 float32), enqueue only (the stream
+// is synchronised every 64 calls, outside the timed calls, so its queue never fills). Run's host overhead is
+// bench_gpu's own J2 row.
 void j2_host_overhead() {
-    const long long T = 64, N = 32;
-    const std::size_t bytes = static_cast<std::size_t>(T * N) * 4;
-    DevBuf a(bytes), b(bytes), out(bytes);
-    generate(a.p, b.p, T, N, 9);
-    const std::map<std::string, fj::Panel> in = {{"A", fj::Panel::device(a.p, T, N, N, fj::DType::F32)},
-                                                 {"B", fj::Panel::device(b.p, T, N, N, fj::DType::F32)}};
-    const std::map<std::string, fj::Panel> outs = {{"c", fj::Panel::device(out.p, T, N, N, fj::DType::F32)}};
+    const SmallCorrPanels panels(64, 32, 9);
     fj::CompileOptions cuda;
     cuda.backend = fj::Backend::Cuda;
     const fj::Program p = fj::compile({{"c", corr_w(20)}}, cuda);
     Stream s;
-    for (int i = 0; i < 100; ++i) p.run_async(in, outs, s.s);
+    for (int i = 0; i < 100; ++i) p.run_async(panels.in, panels.outs, s.s);
     FJ_CU(cuStreamSynchronize, s.s);
     std::vector<double> async_us;
     for (int i = 0; i < 5000; ++i) {
         const auto t0 = Clock::now();
-        p.run_async(in, outs, s.s);
+        p.run_async(panels.in, panels.outs, s.s);
         async_us.push_back(ms_since(t0) * 1e3);
         if (i % 64 == 63) FJ_CU(cuStreamSynchronize, s.s);
     }
     FJ_CU(cuStreamSynchronize, s.s);
-    for (int i = 0; i < 100; ++i) p.run(in, outs);
-    std::vector<double> run_us;
-    for (int i = 0; i < 2000; ++i) {
-        const auto t0 = Clock::now();
-        p.run(in, outs);
-        run_us.push_back(ms_since(t0) * 1e3);
-    }
-    const double bare = bare_launch_us();
     std::sort(async_us.begin(), async_us.end());
     const double a50 = median(async_us), a90 = async_us[async_us.size() * 9 / 10];
     std::printf("J2  cached run_async, 64x32 f32 device panels: %.2f us host time a call (median of 5000; 90th percentile "
                 "%.2f us); target <= 10 us: %s\n",
                 a50, a90, a50 <= 10 ? "met" : "MISSED");
-    const double r50 = median(run_us) - bare;
-    // (TARGETS.md's J2 for run is 20 us. This includes the corr kernel's own GPU time over 64 rows, which bench_gpu's
-    // J2 row, on 1 x 32 panels, leaves out.)
-    std::printf("J2  cached run, same panels: %.2f us host overhead and kernel time a call (run wall %.2f us, median of 2000, "
-                "minus an empty kernel's launch + synchronise %.2f us); target <= 20 us: %s\n",
-                r50, median(run_us), bare, r50 <= 20 ? "met" : "MISSED");
     std::fflush(stdout);
 }
 
@@ -1380,13 +1372,9 @@ int main(int argc, char** argv) {
 
         // ---------------- J2: host overhead of a cached run ----------------
         {
-            const long long t2 = 1, n2 = 32;
-            const std::size_t b2 = static_cast<std::size_t>(t2 * n2) * 4;
-            DevBuf a(b2), b(b2), out(b2);
-            generate(a.p, b.p, t2, n2, 7);
-            const std::map<std::string, fj::Panel> in = {{"A", fj::Panel::device(a.p, t2, n2, n2, fj::DType::F32)},
-                                                         {"B", fj::Panel::device(b.p, t2, n2, n2, fj::DType::F32)}};
-            const std::map<std::string, fj::Panel> outs = {{"c", fj::Panel::device(out.p, t2, n2, n2, fj::DType::F32)}};
+            const SmallCorrPanels panels(1, 32, 7);
+            const auto& in = panels.in;
+            const auto& outs = panels.outs;
             fj::Program p = fj::compile({{"c", corr_w(20)}}, cuda);
             for (int i = 0; i < 50; ++i) p.run(in, outs);
             std::vector<double> wall;

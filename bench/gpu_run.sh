@@ -12,7 +12,7 @@
 # --python: the Python module built there, its device tests (CuPy, PyTorch) and bench/bench_python.py's overhead
 # and cupy-g1 figures (issue 23).
 # --h1: bench_gpu --host: issue 22's host-to-host figures (corr w=20 on 50,000 x 50,000 and 50,000 x 10,000 float32
-# host panels: the PCIe and host staging floors, the talk's demo 3, G2a, G2b, G2r, G3) and J2 of run_async and run.
+# host panels: the PCIe and host staging floors, the talk's demo 3, G2a, G2b, G2r, G3) and J2 of run_async.
 # --a1: the 101 alphas on 4,000 x 5,000 float32 (bench/alpha_data.py's market): a cold process (empty kernel
 # cache), then a warm-disk-cache one, each with --repeat 3 and FJ_PROFILE's per-step times.
 # --profile: SASS instruction counts of the headline kernel (cuobjdump) and an ncu run of it.

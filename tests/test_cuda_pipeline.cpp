@@ -50,6 +50,19 @@ std::vector<std::pair<std::string, fj::Expr>> pipeline_program() {
             {"max", max(window(B, 7))}};
 }
 
+// pipeline_program() compiled for the CUDA backend, and the price-like panels A and B its cases run on.
+fj::Program cuda_pipeline_program() {
+    fj::CompileOptions o;
+    o.backend = fj::Backend::Cuda;
+    return fj::compile(pipeline_program(), o);
+}
+
+fj::test::Dataset price_panels(std::uint64_t seed, std::int64_t rows = 3000, std::int64_t cols = 263, bool with_gaps = true) {
+    using namespace fj::test;
+    return dataset(with_gaps ? "price, messy" : "price", rows, cols, with_gaps ? messy(Flavour::Price) : clean(Flavour::Price), seed,
+                   {"A", "B"});
+}
+
 template <class T>
 struct HostRun {
     std::map<std::string, std::vector<T>> out;
@@ -85,10 +98,8 @@ void check_close(const std::map<std::string, std::vector<T>>& got, const std::ma
 
 template <class T>
 void chunked_equals_whole(fj::DType dtype, double tol) {
-    const fj::test::Dataset ds = fj::test::dataset("price, messy", 3000, 263, fj::test::messy(fj::test::Flavour::Price), 91, {"A", "B"});
-    fj::CompileOptions o;
-    o.backend = fj::Backend::Cuda;
-    const fj::Program p = fj::compile(pipeline_program(), o);
+    const fj::test::Dataset ds = price_panels(91);
+    const fj::Program p = cuda_pipeline_program();
     HostRun<T> whole(ds, p);
     p.run(whole.in_panels, whole.out_panels);  // (small panels: copied whole, no chunks)
     for (std::int64_t chunk_rows : {997, 250, 3000}) {
@@ -124,10 +135,8 @@ TEST_CASE("host panels in chunks over time through the pipeline: the unchunked r
 
 TEST_CASE("page-locked host panels are copied by DMA without staging: the same results as pageable ones") {
     if (!gpu_here()) return;
-    const fj::test::Dataset ds = fj::test::dataset("price, messy", 3000, 263, fj::test::messy(fj::test::Flavour::Price), 95, {"A", "B"});
-    fj::CompileOptions o;
-    o.backend = fj::Backend::Cuda;
-    const fj::Program p = fj::compile(pipeline_program(), o);
+    const fj::test::Dataset ds = price_panels(95);
+    const fj::Program p = cuda_pipeline_program();
     HostRun<float> pageable(ds, p);
     fj::RunOptions ro;
     ro.chunk_rows = 997;
@@ -198,10 +207,8 @@ TEST_CASE("chunks over columns (no row step), a device budget that forces chunks
 
 TEST_CASE("a progress callback that throws stops the run; its exception propagates and the next run works") {
     if (!gpu_here()) return;
-    const fj::test::Dataset ds = fj::test::dataset("price", 3000, 263, fj::test::clean(fj::test::Flavour::Price), 93, {"A", "B"});
-    fj::CompileOptions o;
-    o.backend = fj::Backend::Cuda;
-    const fj::Program p = fj::compile(pipeline_program(), o);
+    const fj::test::Dataset ds = price_panels(93, 3000, 263, false);
+    const fj::Program p = cuda_pipeline_program();
     HostRun<float> stopped(ds, p);
     fj::RunOptions ro;
     ro.chunk_rows = 500;
@@ -220,10 +227,8 @@ TEST_CASE("a progress callback that throws stops the run; its exception propagat
 
 TEST_CASE("an allocation or a chunk that fails mid-run: RunError, inputs untouched, the next run right") {
     if (!gpu_here()) return;
-    const fj::test::Dataset ds = fj::test::dataset("price, messy", 3000, 263, fj::test::messy(fj::test::Flavour::Price), 96, {"A", "B"});
-    fj::CompileOptions o;
-    o.backend = fj::Backend::Cuda;
-    const fj::Program p = fj::compile(pipeline_program(), o);
+    const fj::test::Dataset ds = price_panels(96);
+    const fj::Program p = cuda_pipeline_program();
     HostRun<float> whole(ds, p);
     p.run(whole.in_panels, whole.out_panels);
     fj::RunOptions ro;
@@ -324,10 +329,8 @@ struct PageArray {
 
 TEST_CASE("register_host: the caller's arrays page-locked by a handle, runs on them equal to pageable runs, unlocked after") {
     if (!gpu_here()) return;
-    const fj::test::Dataset ds = fj::test::dataset("price, messy", 3000, 263, fj::test::messy(fj::test::Flavour::Price), 97, {"A", "B"});
-    fj::CompileOptions o;
-    o.backend = fj::Backend::Cuda;
-    const fj::Program p = fj::compile(pipeline_program(), o);
+    const fj::test::Dataset ds = price_panels(97);
+    const fj::Program p = cuda_pipeline_program();
     fj::RunOptions ro;
     ro.chunk_rows = 997;
     HostRun<float> pageable(ds, p);
@@ -382,10 +385,8 @@ TEST_CASE("register_host: the caller's arrays page-locked by a handle, runs on t
 TEST_CASE("devices {d} and {d, d}: host panels equal to the plain run, pageable and registered; progress over workers") {
     if (!gpu_here()) return;
     const int d = cu::device()->ordinal;
-    const fj::test::Dataset ds = fj::test::dataset("price, messy", 3000, 263, fj::test::messy(fj::test::Flavour::Price), 98, {"A", "B"});
-    fj::CompileOptions o;
-    o.backend = fj::Backend::Cuda;
-    const fj::Program p = fj::compile(pipeline_program(), o);
+    const fj::test::Dataset ds = price_panels(98);
+    const fj::Program p = cuda_pipeline_program();
     fj::RunOptions same_chunks;
     same_chunks.chunk_rows = 250;  // the chunks of every run below: then results are equal bit for bit
     HostRun<float> plain(ds, p);
@@ -442,10 +443,8 @@ TEST_CASE("devices with device panels: they run on the device that holds them; m
     if (!gpu_here()) return;
     using namespace fj;
     const int d = cu::device()->ordinal;
-    const test::Dataset ds = test::dataset("price, messy", 1500, 257, test::messy(test::Flavour::Price), 99, {"A", "B"});
-    CompileOptions o;
-    o.backend = Backend::Cuda;
-    const Program p = compile(pipeline_program(), o);
+    const test::Dataset ds = price_panels(99, 1500, 257);
+    const Program p = cuda_pipeline_program();
     HostRun<float> want(ds, p);
     p.run(want.in_panels, want.out_panels);
 
@@ -490,10 +489,8 @@ TEST_CASE("devices with device panels: they run on the device that holds them; m
 TEST_CASE("devices {d, d}: a failure on one worker stops the run, names the device and the chunk; the next run is right") {
     if (!gpu_here()) return;
     const int d = cu::device()->ordinal;
-    const fj::test::Dataset ds = fj::test::dataset("price, messy", 3000, 263, fj::test::messy(fj::test::Flavour::Price), 100, {"A", "B"});
-    fj::CompileOptions o;
-    o.backend = fj::Backend::Cuda;
-    const fj::Program p = fj::compile(pipeline_program(), o);
+    const fj::test::Dataset ds = price_panels(100);
+    const fj::Program p = cuda_pipeline_program();
     fj::RunOptions ro;
     ro.chunk_rows = 200;
     HostRun<float> want(ds, p);

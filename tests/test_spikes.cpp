@@ -456,22 +456,6 @@ struct Variant {
     bool guarded() const { return !window_scan; }
 };
 
-template <class T>
-bool backend_available() {
-    if (T::backend == fj::Backend::Cpu && !fj::rt::cpu_backend()) {
-        MESSAGE("skipped: this build has no CPU backend");
-        return false;
-    }
-    if (T::backend == fj::Backend::Cuda) {
-        std::string why;
-        if (!fj::rt::cuda_backend(&why)) {
-            MESSAGE("skipped: no usable GPU for the CUDA backend: " << why);
-            return false;
-        }
-    }
-    return true;
-}
-
 fj::CompileOptions chunked(fj::CompileOptions o, int threads, std::int64_t tile_rows, std::int64_t block_cols) {
     o.threads = threads;
     o.tile_rows = tile_rows;
@@ -748,63 +732,63 @@ void check_spikes(const SpikeData& d) {
 TEST_SUITE("spikes") {
 
 TEST_CASE_TEMPLATE_DEFINE("single spikes of 1e4 .. 1e30 (float64: 1e150), one per column, near tile edges", T, spikes_single) {
-    if (!backend_available<T>()) return;
+    if (!fj::test::available<T>()) return;
     for (int variant = 0; variant < 2; ++variant) check_spikes<T>(single_spikes(T::dtype, variant));
 }
 TEST_CASE_TEMPLATE_APPLY(spikes_single, fj::test::CpuTargets);
 TEST_CASE_TEMPLATE_APPLY(spikes_single, fj::test::CudaTargets);
 
 TEST_CASE_TEMPLATE_DEFINE("repeated spikes of both signs in both inputs", T, spikes_repeated) {
-    if (!backend_available<T>()) return;
+    if (!fj::test::available<T>()) return;
     check_spikes<T>(repeated_spikes(T::dtype));
 }
 TEST_CASE_TEMPLATE_APPLY(spikes_repeated, fj::test::CpuTargets);
 TEST_CASE_TEMPLATE_APPLY(spikes_repeated, fj::test::CudaTargets);
 
 TEST_CASE_TEMPLATE_DEFINE("spikes in all columns on the same rows", T, spikes_all_columns) {
-    if (!backend_available<T>()) return;
+    if (!fj::test::available<T>()) return;
     check_spikes<T>(all_columns(T::dtype));
 }
 TEST_CASE_TEMPLATE_APPLY(spikes_all_columns, fj::test::CpuTargets);
 TEST_CASE_TEMPLATE_APPLY(spikes_all_columns, fj::test::CudaTargets);
 
 TEST_CASE_TEMPLATE_DEFINE("cascades: 1e8, 1e7, ..., 1e0 on consecutive rows", T, spikes_cascade) {
-    if (!backend_available<T>()) return;
+    if (!fj::test::available<T>()) return;
     check_spikes<T>(cascades(T::dtype));
 }
 TEST_CASE_TEMPLATE_APPLY(spikes_cascade, fj::test::CpuTargets);
 TEST_CASE_TEMPLATE_APPLY(spikes_cascade, fj::test::CudaTargets);
 
 TEST_CASE_TEMPLATE_DEFINE("volume: hundreds, about 1e8 on event days", T, spikes_volume) {
-    if (!backend_available<T>()) return;
+    if (!fj::test::available<T>()) return;
     check_spikes<T>(volumes(T::dtype));
 }
 TEST_CASE_TEMPLATE_APPLY(spikes_volume, fj::test::CpuTargets);
 TEST_CASE_TEMPLATE_APPLY(spikes_volume, fj::test::CudaTargets);
 
 TEST_CASE_TEMPLATE_DEFINE("level shifts: 1e4 for a stretch, then 100 +- 1e-4", T, spikes_level_shift) {
-    if (!backend_available<T>()) return;
+    if (!fj::test::available<T>()) return;
     check_spikes<T>(level_shifts(T::dtype));
 }
 TEST_CASE_TEMPLATE_APPLY(spikes_level_shift, fj::test::CpuTargets);
 TEST_CASE_TEMPLATE_APPLY(spikes_level_shift, fj::test::CudaTargets);
 
 TEST_CASE_TEMPLATE_DEFINE("NaN bursts and infinities around spikes", T, spikes_nan_inf) {
-    if (!backend_available<T>()) return;
+    if (!fj::test::available<T>()) return;
     check_spikes<T>(nan_and_inf(T::dtype));
 }
 TEST_CASE_TEMPLATE_APPLY(spikes_nan_inf, fj::test::CpuTargets);
 TEST_CASE_TEMPLATE_APPLY(spikes_nan_inf, fj::test::CudaTargets);
 
 TEST_CASE_TEMPLATE_DEFINE("constant stretches after a spike: std and var exactly 0", T, spikes_constant) {
-    if (!backend_available<T>()) return;
+    if (!fj::test::available<T>()) return;
     check_spikes<T>(constant_after_spike(T::dtype));
 }
 TEST_CASE_TEMPLATE_APPLY(spikes_constant, fj::test::CpuTargets);
 TEST_CASE_TEMPLATE_APPLY(spikes_constant, fj::test::CudaTargets);
 
 TEST_CASE_TEMPLATE_DEFINE("opposite spikes that cancel inside one window", T, spikes_cancelling) {
-    if (!backend_available<T>()) return;
+    if (!fj::test::available<T>()) return;
     std::vector<Program> progs;
     for (Program& p : programs())  // not the nested windows: their inner values are the spikes' (see Judging)
         if (p.name != "nested") progs.push_back(std::move(p));
@@ -818,7 +802,7 @@ TEST_CASE_TEMPLATE_DEFINE("a nested window over a moved level, each program alon
     // guard re-shifts them when the level moves. Compiled alone (as the planner cuts large groups), the mean's
     // own sums had to keep the outer windows' accuracy: corr over it missed 1e-9 by 7-20 x in float64 once the
     // shift had left its windows (bench/RESULTS.md, "Cutting fused kernels"). Every variant, both dtypes.
-    if (!backend_available<T>()) return;
+    if (!fj::test::available<T>()) return;
     const std::vector<std::pair<std::string, Expr>> alone = {
         {"corr20_of_mean5", fj::corr(window(fj::mean(window(A, 5)), 20), window(B, 20))},
         {"std20_of_mean5", fj::std(window(fj::mean(window(A, 5)), 20))},
@@ -838,7 +822,7 @@ TEST_CASE_TEMPLATE_DEFINE("float32 level shifts need no exact_sums", T, spikes_n
     // numerics' "a small spread far from where the window state started" needed CompileOptions::exact_sums
     // for float32: a level change of 100x followed by a tiny move. With the sums rebuilt where they would
     // lose the digits, the default options meet the contract.
-    if (!backend_available<T>()) return;
+    if (!fj::test::available<T>()) return;
     const std::int64_t rows = 3, cols = 3;
     const fj::test::Inputs in = fj::test::level_change_inputs();
     const NamedExprs prog = fj::test::level_change_program();
