@@ -101,7 +101,9 @@ int cmd_compile(const std::vector<std::string>& argv) {
     if (arch.rfind("sm_", 0) != 0) throw UsageError("--arch must be sm_XY (a cubin target), not '" + arch + "'", "compile");
 
     const std::vector<std::pair<std::string, fj::Expr>> named = numbered_outputs(texts, parse_options);
-    const fj::codegen::Plan plan = fj::codegen::make_plan(named, dtype);
+    fj::codegen::PlanOptions plan_options;
+    plan_options.column_steps = false;  // it compiles generated kernels: long order statistics fused, as before
+    const fj::codegen::Plan plan = fj::codegen::make_plan(named, dtype, plan_options);
     fj::codegen::refuse_row_steps(plan, "CUDA");  // cross-sectional operators have no CUDA kernels yet
     std::vector<const fj::ir::Kernel*> kernels;
     for (const auto& r : plan.steps) kernels.push_back(&r.kernel);

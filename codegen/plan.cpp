@@ -188,14 +188,17 @@ Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs, DType d
     plan.inputs.assign(inputs.begin(), inputs.end());
 
     // Materialised nodes, in the program's topological order; each an input node of a name of its own.
-    // Cross-sectional nodes always are (each is a row step), and so are their arguments that are not
-    // panels already: a time-series step computes them into an intermediate (a constant too: a row step
-    // reads panels only).
+    // Cross-sectional nodes always are (each is a row step), long order statistics too (each a column
+    // step), and so are their arguments that are not panels already: a time-series step computes them into
+    // an intermediate (a constant too: row and column steps read panels only).
     std::set<const Node*> wanted;
     for (const Expr& e : options.materialize)
         if (e.valid() && op_info(e.op()).kind != OpKind::Leaf) wanted.insert(e.node());
+    const auto own_step = [&](const Node* n) {
+        return is_cross_section(n->op) || (options.column_steps && is_column_op(n));
+    };
     for (const Node* n : program)
-        if (is_cross_section(n->op)) {
+        if (own_step(n)) {
             wanted.insert(n);
             for (const Node* a : n->args)
                 if (a->op != Op::Input) wanted.insert(a);
@@ -246,8 +249,9 @@ Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs, DType d
     }
     for (Sink& k : sinks)
         if (k.cut < 0) k.level = level(k);
-    // A row sink (a cross-sectional node over its argument panels) is a step of its own: it fuses with nothing.
-    auto is_row = [&](std::size_t s) { return is_cross_section(sinks[s].expr->op); };
+    // A row sink (a cross-sectional node over its argument panels) is a step of its own: it fuses with
+    // nothing; so is a column sink (a long order statistic over its argument panel).
+    auto is_row = [&](std::size_t s) { return own_step(sinks[s].expr); };
     // Sinks of one level that share any node, inputs included, fuse into one kernel: it reads each input
     // once and computes shared work once. Sinks that share nothing are steps of their own.
     std::vector<int> parent(sinks.size());
@@ -291,7 +295,10 @@ Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs, DType d
     for (std::size_t st = 0; st < bins.size(); ++st) {
         const std::vector<int>& bin = bins[st];
         Step step;
-        step.kind = is_row(static_cast<std::size_t>(bin.front())) ? StepKind::Row : StepKind::TimeSeries;
+        const Node* front = sinks[static_cast<std::size_t>(bin.front())].expr;
+        step.kind = !is_row(static_cast<std::size_t>(bin.front())) ? StepKind::TimeSeries
+                    : is_cross_section(front->op)                  ? StepKind::Row
+                                                                   : StepKind::Column;
         for (const int s : bin) {
             const Sink& k = sinks[static_cast<std::size_t>(s)];
             Intermediate* m = k.cut >= 0 ? &plan.intermediates[static_cast<std::size_t>(k.cut)] : nullptr;
@@ -307,10 +314,11 @@ Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs, DType d
                     step.kernel.outputs.push_back(plan.outputs[o]);
                 }
         }
-        if (step.kind == StepKind::Row) {
+        if (step.kind != StepKind::TimeSeries) {
             // The operator's argument panels, in argument order (x, then g).
             for (const Node* a : step.roots.front()->args) step.kernel.inputs.push_back(a->name);
             step.kernel.name = kernel_name(step.roots, st);
+            if (step.kind == StepKind::Column) step.kernel.halo = step.roots.front()->d - 1;
         } else {
             std::set<std::string> reads;
             for (const Node* n : topo_order(step.roots))
@@ -366,6 +374,10 @@ const Step* Plan::first_row_step() const {
 
 bool Plan::has_row_steps() const { return first_row_step() != nullptr; }
 
+bool is_column_op(const Node* n) {
+    return (n->op == Op::WTsRank || n->op == Op::WMedian || n->op == Op::WQuantile) && n->d >= kColumnStepWindow;
+}
+
 void refuse_row_steps(const Plan& plan, std::string_view backend) {
     if (const Step* s = plan.first_row_step())
         throw BackendError(fmt::format("cross-sectional operator '{}' is not on the {} backend yet; use backend cpu",
@@ -394,6 +406,16 @@ std::string explain(const Plan& plan) {
         if (s.kind == StepKind::Row) {
             out += fmt::format("step {}: row ({} over whole rows, reads [{}]), no halo of its own ({} along its chain), {}\n",
                                i, op_name(s.row_op()->op), fmt::join(s.kernel.inputs, ", "), s.chain_halo, panels);
+            for (std::size_t k = 0; k < s.roots.size(); ++k)
+                out += fmt::format("  {} = {}\n", s.kernel.outputs[k], Expr(s.roots[k]).str());
+            continue;
+        }
+        if (s.kind == StepKind::Column) {
+            const Node* c = s.column_op();
+            out += fmt::format("step {}: column ({} over window({}, {}, min_periods {}) column by column, O(log d) a row, "
+                               "reads [{}]), halo {} rows ({} along its chain), {}\n",
+                               i, op_name(c->op), s.kernel.inputs.front(), c->d, c->min_periods, fmt::join(s.kernel.inputs, ", "),
+                               s.kernel.halo, s.chain_halo, panels);
             for (std::size_t k = 0; k < s.roots.size(); ++k)
                 out += fmt::format("  {} = {}\n", s.kernel.outputs[k], Expr(s.roots[k]).str());
             continue;

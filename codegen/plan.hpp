@@ -7,14 +7,19 @@
 // own into an intermediate panel that later steps read as an input. A row step computes one
 // cross-sectional operator (rank, zscore, group ops), which needs whole rows: its arguments are panels
 // (program inputs, or intermediates that a time-series step computed), and its result is an intermediate
-// (or an output) that later steps read like any other (docs/architecture.md, "The plan").
+// (or an output) that later steps read like any other (docs/architecture.md, "The plan"). A column step is
+// the same for one long order statistic (ts_rank, median, quantile over d >= kColumnStepWindow rows): the
+// kernel IR keeps a window's order only as d states or d comparisons a row (it has no state read at a
+// computed index), so each backend runs such a window with a structure of its own, O(log d) a row, over
+// the argument's panel (runtime/cpu/column_ops.hpp, runtime/cuda/column_kernels.hpp).
 //
 // Intermediates have names of their own ("_fj_t0", ...), a producing step and a last reading step, after
 // which an executable frees them. They hold the panel's dtype, as outputs do. Halos add up along a chain:
 // a step's chain_halo is the rows before a row that its result needs of the program's inputs, its own
 // kernel's halo plus the largest chain_halo of the steps whose intermediates it reads; Plan::halo is the
 // largest over the steps, what a chunk of rows (a tile, a stream's chunk, a Dask block) must carry. A row
-// step reads no earlier rows (its own halo is 0) but passes the chain halo of what it reads on.
+// step reads no earlier rows (its own halo is 0) but passes the chain halo of what it reads on; a column
+// step's own halo is its window's d - 1.
 #pragma once
 
 #include <algorithm>
@@ -32,14 +37,21 @@ namespace fj::codegen {
 enum class StepKind : std::uint8_t {
     TimeSeries,  // one kernel over rows in time order (tiles over time and column blocks)
     Row,         // one cross-sectional operator, row by row over whole rows (no kernel IR)
+    Column,      // one long windowed order statistic, column by column (no kernel IR)
 };
+
+// Order statistics over windows of at least this many rows get a column step (O(log d) a row); shorter
+// ones fuse into kernels (O(d) a row, cheaper than a step of their own at small d).
+inline constexpr int kColumnStepWindow = 64;
+// Whether n (over its argument) is computed by a column step: ts_rank, median or quantile with d >= kColumnStepWindow.
+bool is_column_op(const Node* n);
 
 struct Step {
     StepKind kind = StepKind::TimeSeries;
     // kernel.inputs / kernel.outputs name panels of the plan. A time-series step's kernel is the whole
     // kernel. A row step's has only its name, its inputs (the operator's arguments in order: x, then g
     // for the group operators; each a panel) and outputs (its one result, under every name it has); its
-    // body is empty and its halo 0.
+    // body is empty and its halo 0. A column step's likewise, with its one input x and its halo d - 1.
     ir::Kernel kernel;
     std::vector<const Node*> roots;  // the expression of each kernel output (intermediates it reads included);
                                      // a row step's: its operator over input nodes of its argument panels
@@ -47,6 +59,9 @@ struct Step {
     std::vector<int> frees;          // intermediates (indices) nothing reads after this step
     // Row steps: the cross-sectional node (Op::Rank, ... with the argument panels as input nodes).
     const Node* row_op() const { return kind == StepKind::Row ? roots.front() : nullptr; }
+    // Column steps: the order statistic (Op::WTsRank, WMedian or WQuantile, with its d, min_periods and q)
+    // over an input node of its argument panel.
+    const Node* column_op() const { return kind == StepKind::Column ? roots.front() : nullptr; }
 };
 
 // A panel between steps that the program does not return (or returns under an output's name: `output`).
@@ -101,12 +116,15 @@ struct PlanOptions {
     // which the steps that use them read as an input. Leaves (inputs, constants) and expressions the
     // program does not contain are ignored.
     std::vector<Expr> materialize;
+    // Long order statistics as column steps (is_column_op). Off, they fuse into kernels at any d: for tests
+    // that hold the two paths to each other, not a user option.
+    bool column_steps = true;
 };
 
 Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs, DType dtype = DType::F32,
                const PlanOptions& options = {});
 inline Plan make_plan(const std::vector<std::pair<std::string, Expr>>& outputs, DType dtype, Sums sums) {
-    return make_plan(outputs, dtype, PlanOptions{sums, {}});
+    return make_plan(outputs, dtype, PlanOptions{sums, {}, true});
 }
 
 std::string explain(const Plan& plan);

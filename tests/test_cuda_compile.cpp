@@ -26,6 +26,7 @@
 #include "runtime/cuda/compile.hpp"
 #include "runtime/cuda/launch_config.hpp"
 #include "runtime/cuda/compile.hpp"
+#include "runtime/cuda/column_kernels.hpp"
 #include "runtime/cuda/row_kernels.hpp"
 #endif
 
@@ -809,6 +810,48 @@ TEST_CASE("the row kernels (cross-sectional operators) compile for both dtypes, 
     CHECK_FALSE(cu::row_kernel_launch(fj::DType::F32, fj::Op::GroupRank, 100, smem).radix);
     CHECK_FALSE(cu::row_kernel_launch(fj::DType::F64, fj::Op::Rank, 100, smem).radix);
     CHECK(cu::row_kernel_launch(fj::DType::F64, fj::Op::Rank, 100, smem).threads == 1024);
+}
+
+TEST_CASE("the column kernel (long ts_rank, median, quantile) compiles for both dtypes, without warnings or a local frame") {
+    if (!have_nvrtc()) return;
+    for (fj::DType dtype : {fj::DType::F32, fj::DType::F64}) {
+        CAPTURE(fj::dtype_name(dtype));
+        const std::string fn = cu::column_kernel_name(dtype);
+        cu::NvrtcOutput out;
+        try {
+            out = cu::nvrtc_compile(cu::column_kernels_source(dtype), fn, cu::nvrtc_options("sm_90", {}), true, "");
+        } catch (const fj::Error& e) {
+            FAIL(e.what());
+        }
+        const cu::CubinResources r = cu::cubin_resources(out.image, fn);
+        CHECK(r.registers > 0);
+        CHECK(r.registers <= 255);
+        CHECK(r.stack_bytes == 0);
+        CHECK_MESSAGE(out.log.find("warning") == std::string::npos, out.log);
+    }
+    CHECK(cu::column_kernel_op_code(fj::Op::WTsRank) == 0);
+    CHECK(cu::column_kernel_op_code(fj::Op::WMedian) == 1);
+    CHECK(cu::column_kernel_op_code(fj::Op::WQuantile) == 1);
+    CHECK_THROWS_AS(cu::column_kernel_op_code(fj::Op::WMean), fj::BackendError);
+    // Launches (the H200: 232,448 bytes of shared memory a block, 132 SMs): P >= 4 (d - 1), at least 1,024; tiles of
+    // P - (d - 1) rows; 2^bits > P + 1; shared memory up to P = 4,096 (d <= 1,024), global scratch beyond.
+    const cu::ColumnLaunch l250 = cu::column_kernel_launch(250, 20000, 5000, 232448, 132);
+    CHECK(l250.padded == 1024);
+    CHECK(l250.tile == 775);
+    CHECK(l250.bits == 11);
+    CHECK(l250.tiles == 26);
+    CHECK(l250.in_smem);
+    CHECK(l250.grid == 5000 * 26);
+    CHECK(l250.bytes == (14 * 1024 + 2 * 11 * 1025 + 15) / 16 * 16);
+    CHECK(cu::column_kernel_launch(64, 100, 3, 232448, 132).padded == 1024);
+    CHECK(cu::column_kernel_launch(1000, 100, 3, 232448, 132).padded == 4096);
+    CHECK(cu::column_kernel_launch(1000, 100, 3, 232448, 132).in_smem);
+    const cu::ColumnLaunch big = cu::column_kernel_launch(5000, 100000, 3000, 232448, 132);
+    CHECK(big.padded == 32768);
+    CHECK_FALSE(big.in_smem);
+    CHECK(big.grid == 4 * 132);
+    CHECK(cu::column_kernel_launch(32768, 100000, 3, 232448, 132).tile == 1);
+    CHECK_THROWS_AS(cu::column_kernel_launch(32769, 100, 3, 232448, 132), fj::BackendError);
 }
 
 #else

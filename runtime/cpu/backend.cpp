@@ -1,6 +1,7 @@
 // The CPU backend: a plan's steps in order. Time-series steps are kernels compiled by LLVM
 // (codegen/cpu/emit.cpp, runtime/cpu/compile.cpp), each run as tasks over column blocks x time tiles; row
-// steps (cross-sectional operators) run over whole rows (runtime/cpu/row_ops.cpp). Intermediates between
+// steps (cross-sectional operators) run over whole rows (runtime/cpu/row_ops.cpp), column steps (long order
+// statistics) column by column (runtime/cpu/column_ops.cpp). Intermediates between
 // steps live in memory of their own, freed after their last reader.
 #include <algorithm>
 #include <atomic>
@@ -19,6 +20,7 @@
 #include "runtime/chunk_run.hpp"
 #include "runtime/fault_inject.hpp"
 #include "codegen/cpu/emit.hpp"
+#include "runtime/cpu/column_ops.hpp"
 #include "runtime/cpu/compile.hpp"
 #include "runtime/cpu/row_ops.hpp"
 #include "runtime/thread_pool.hpp"
@@ -148,7 +150,7 @@ public:
         std::vector<cpu::CompiledKernel> compiled = jit.get(to_compile, dtype, ThreadPool::shared(thread_count(options_.threads)));
         std::size_t next = 0;
         for (const codegen::Step& step : plan_.steps)
-            kernels_.push_back(step.kind == codegen::StepKind::Row ? cpu::CompiledKernel{} : compiled[next++]);
+            kernels_.push_back(step.kind == codegen::StepKind::TimeSeries ? compiled[next++] : cpu::CompiledKernel{});
     }
 
     // Chunks over time (or forced over columns) when a budget, a progress callback or a forced size asks
@@ -186,7 +188,7 @@ public:
         std::vector<double> step_ms(plan_.steps.size(), 0.0);  // for explain()
         for (std::size_t si = 0; si < plan_.steps.size(); ++si) {
             const auto t0 = std::chrono::steady_clock::now();
-            if (plan_.steps[si].kind == codegen::StepKind::Row) {
+            if (plan_.steps[si].kind != codegen::StepKind::TimeSeries) {
                 run_row_step(si, panel, rows, cols, outputs.front().dtype, pool);
                 for (int m : plan_.steps[si].frees) tmp.give(static_cast<std::size_t>(m));
                 step_ms[si] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -249,17 +251,21 @@ public:
         }
         double kernel_ms = 0, row_ms = 0;
         for (std::size_t i = 0; i < kernels_.size(); ++i) {
-            const bool row = plan_.steps[i].kind == codegen::StepKind::Row;
+            const bool row = plan_.steps[i].kind != codegen::StepKind::TimeSeries;
             const std::string took = i < step_ms.size() ? fmt::format("; last run {:.1f} ms", step_ms[i]) : "";
             if (i < step_ms.size()) (row ? row_ms : kernel_ms) += step_ms[i];
-            if (row)
+            if (const Node* c = plan_.steps[i].column_op())
+                out += fmt::format("  step {} column step {}: {} over {} rows, column by column over the thread pool (a sort "
+                                   "and a Fenwick tree per column and time tile){}\n",
+                                   i, plan_.steps[i].kernel.name, op_name(c->op), c->d, took);
+            else if (row)
                 out += fmt::format("  step {} row step {}: {} per row over the thread pool (sort per row){}\n", i,
                                    plan_.steps[i].kernel.name, op_name(plan_.steps[i].row_op()->op), took);
             else
                 out += fmt::format("  step {} kernel {}: {}{}\n", i, plan_.steps[i].kernel.name, describe(kernels_[i]), took);
         }
         if (!step_ms.empty())
-            out += fmt::format("  last run (or its last chunk): kernels {:.1f} ms, row steps {:.1f} ms\n", kernel_ms, row_ms);
+            out += fmt::format("  last run (or its last chunk): kernels {:.1f} ms, row and column steps {:.1f} ms\n", kernel_ms, row_ms);
         if (const std::int64_t rows = last_rows_, cols = last_cols_; rows > 0)
             out += fmt::format("  last run {} x {} {}: at most {:.3g} MB of panels at once (inputs, outputs and {} "
                                "intermediate(s))\n",
@@ -281,7 +287,7 @@ private:
                            k.object_bytes / 1024);
     }
 
-    // A row step: its argument panels (x, then g) and its outputs, resolved as the kernels' are.
+    // A row or column step: its argument panels (x, then g) and its outputs, resolved as the kernels' are.
     template <class PanelOf>
     void run_row_step(std::size_t si, PanelOf& panel, std::int64_t rows, std::int64_t cols, DType dtype,
                       ThreadPool& pool) {
@@ -293,6 +299,10 @@ private:
         for (const codegen::Plan::Slot& at : slots_[si].out) {
             const auto [p, ld] = panel(at);
             out.push_back({p, ld});
+        }
+        if (const Node* c = plan_.steps[si].column_op()) {
+            cpu::run_column_step(*c, in.at(0), out, rows, cols, dtype, options_.tile_rows, pool);
+            return;
         }
         cpu::run_row_step(plan_.steps[si].row_op()->op, in.at(0), in.size() > 1 ? &in[1] : nullptr, out, rows, cols,
                           dtype, pool);

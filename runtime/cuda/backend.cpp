@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
@@ -17,6 +18,7 @@
 
 #include "dsl/error.hpp"
 #include "runtime/backend.hpp"
+#include "runtime/cuda/column_kernels.hpp"
 #include "runtime/cuda/compile.hpp"
 #include "runtime/chunk_plan.hpp"
 #include "runtime/chunk_queue.hpp"
@@ -88,6 +90,10 @@ struct KernelInfo {  // one kernel of an executable
     // Row steps (cross-sectional operators): the operator; `loaded` is the row kernel of the panels' dtype
     // (runtime/cuda/row_kernels.hpp), the same for every row step.
     const Node* row_op = nullptr;
+    // Column steps (long order statistics): the operator; `loaded` is the column kernel of the panels' dtype
+    // (runtime/cuda/column_kernels.hpp), the same for every column step.
+    const Node* column_op = nullptr;
+    bool hand_written() const { return row_op || column_op; }
 };
 
 // Specialised kernels on these panels (codegen::select_kernel's choice): each from the caches or compiled
@@ -185,6 +191,7 @@ private:
     void enqueue_steps(std::int64_t rows, std::int64_t cols, RunMemory& mem, CUstream s, StepProfile* profile);
     void run_kernel_step(std::size_t i, std::int64_t rows, std::int64_t cols, RunMemory& mem, CUstream stream);
     void run_row_step(const KernelInfo& k, std::int64_t rows, std::int64_t cols, RunMemory& mem, CUstream stream);
+    void run_column_step(const KernelInfo& k, std::int64_t rows, std::int64_t cols, RunMemory& mem, CUstream stream);
     // Host panels through the chunk pipeline (runtime/cuda/host_pipeline.hpp): which runs take it, and the run.
     bool use_host_pipeline(const std::vector<Panel>& inputs, const std::vector<Panel>& outputs, const RunOptions& options) const;
     // `workers`: the device ordinal of each worker (the program's device alone, or RunOptions::devices).
@@ -238,7 +245,7 @@ void CudaExecutable::specialise_all(std::int64_t rows, std::int64_t cols) {
     std::vector<std::size_t> which;
     for (std::size_t i = 0; i < kernels_.size(); ++i) {
         const KernelInfo& k = kernels_[i];
-        if (k.row_op) continue;
+        if (k.hand_written()) continue;
         std::vector<long long> strides = strides_of(k);
         if (k.fixed && strides == k.fixed_strides) continue;
         requests.push_back({k.kernel, {std::move(strides), true}, nullptr, CacheSource::Compiled, 0});
@@ -287,14 +294,14 @@ void CudaExecutable::update_shapes(std::int64_t rows, std::int64_t cols) {
     run_kernels_.resize(kernels_.size());
     bool same = rows == shape_rows_ && cols == shape_cols_;
     for (std::size_t i = 0; i < kernels_.size(); ++i) {  // once per kernel and run
-        run_kernels_[i] = kernels_[i].row_op ? kernels_[i].loaded.get() : &kernel_for_run(i, rows, cols);
+        run_kernels_[i] = kernels_[i].hand_written() ? kernels_[i].loaded.get() : &kernel_for_run(i, rows, cols);
         same = same && shape_fn_[i] == run_kernels_[i]->fn;
     }
     if (same) return;
     for (std::size_t i = 0; i < kernels_.size(); ++i) {
         const LoadedKernel& lk = *run_kernels_[i];
         shape_fn_[i] = lk.fn;
-        if (kernels_[i].row_op) continue;  // (row steps: run_row_step)
+        if (kernels_[i].hand_written()) continue;  // (row and column steps: run_row_step, run_column_step)
         LaunchInput li;
         li.rows = rows;
         li.cols = cols;
@@ -447,6 +454,7 @@ void CudaExecutable::enqueue_steps(std::int64_t rows, std::int64_t cols, RunMemo
         for (const ArgRef& r : k.out_refs)
             if (r.kind == ArgRef::Intermediate) tmp_views_[static_cast<std::size_t>(r.index)].ptr = mem.alloc(dense);
         if (k.row_op) run_row_step(k, rows, cols, mem, s);
+        else if (k.column_op) run_column_step(k, rows, cols, mem, s);
         else run_kernel_step(i, rows, cols, mem, s);
         if (profile) profile->mark(i + 1);
         // Intermediates nothing later reads go back to the pool, ordered after this step on the stream.
@@ -586,27 +594,29 @@ void CudaExecutable::report_profile(const std::vector<double>& ms, double wall_m
     double kernels = 0, row_steps = 0;
     std::vector<std::pair<double, std::size_t>> slowest;
     for (std::size_t i = 0; i < kernels_.size(); ++i) {
-        (kernels_[i].row_op ? row_steps : kernels) += ms[i + 1];
+        (kernels_[i].hand_written() ? row_steps : kernels) += ms[i + 1];
         slowest.emplace_back(ms[i + 1], i);
     }
     std::sort(slowest.rbegin(), slowest.rend());
     std::string out = fmt::format("factorjit profile: {} x {} {}, {} steps: wall {:.2f} ms; copies in "
-                                  "{:.2f} ms; kernels {:.2f} ms; row steps {:.2f} ms; copies out {:.2f} ms\n",
+                                  "{:.2f} ms; kernels {:.2f} ms; row and column steps {:.2f} ms; copies out {:.2f} ms\n",
                                   rows, cols, dtype_name(dtype_), kernels_.size(), wall_ms, ms[0], kernels, row_steps,
                                   ms[kernels_.size() + 1]);
-    std::map<std::string, std::pair<int, double>> by_op;  // row steps by operator: count, total ms
+    std::map<std::string, std::pair<int, double>> by_op;  // row and column steps by operator: count, total ms
     for (std::size_t i = 0; i < kernels_.size(); ++i)
-        if (kernels_[i].row_op) {
-            auto& [n, t] = by_op[std::string(op_name(kernels_[i].row_op->op))];
+        if (const Node* op = kernels_[i].row_op ? kernels_[i].row_op : kernels_[i].column_op) {
+            auto& [n, t] = by_op[std::string(op_name(op->op))];
             ++n;
             t += ms[i + 1];
         }
     for (const auto& [op, nt] : by_op)
-        out += fmt::format("  row steps {}: {} taking {:.2f} ms ({:.3f} ms each)\n", op, nt.first, nt.second, nt.second / nt.first);
+        out += fmt::format("  steps {}: {} taking {:.2f} ms ({:.3f} ms each)\n", op, nt.first, nt.second, nt.second / nt.first);
     for (std::size_t j = 0; j < std::min<std::size_t>(slowest.size(), 12); ++j) {
         const KernelInfo& k = kernels_[slowest[j].second];
         out += fmt::format("  {:8.3f} ms  {} {}\n", slowest[j].first,
-                           k.row_op ? fmt::format("row step {}", op_name(k.row_op->op)) : std::string("kernel"),
+                           k.row_op      ? fmt::format("row step {}", op_name(k.row_op->op))
+                           : k.column_op ? fmt::format("column step {}", op_name(k.column_op->op))
+                                         : std::string("kernel"),
                            k.kernel->name);
     }
     std::fputs(out.c_str(), stderr);
@@ -650,6 +660,38 @@ void CudaExecutable::run_kernel_step(std::size_t i, std::int64_t rows, std::int6
               static_cast<unsigned>(r.block), 1u, 1u, 0u, stream, params, nullptr);
         mem.release(flag_words);
     }
+}
+
+// A column step: the column kernel once per name its result has, a block per (column, time tile) where its
+// arrays fit shared memory, else a few blocks a multiprocessor over the tasks with a global scratch area.
+void CudaExecutable::run_column_step(const KernelInfo& k, std::int64_t rows, std::int64_t cols, RunMemory& mem,
+                                     CUstream stream) {
+    const LoadedKernel& lk = *k.loaded;
+    const Node* c = k.column_op;
+    const ColumnLaunch l = column_kernel_launch(c->d, rows, cols, dev_.smem_optin, dev_.sm_count);
+    if (l.grid == 0) return;
+    CUdeviceptr scratch = 0;
+    if (!l.in_smem) scratch = mem.alloc(static_cast<std::size_t>(l.grid * l.bytes));
+    const int smem = l.in_smem ? static_cast<int>(l.bytes) : 0;
+    if (smem > 48 * 1024) FJ_CU(cuFuncSetAttribute, lk.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem);
+    const DevView x = view(k.in_refs.at(0));
+    const double q = c->op == Op::WMedian ? 0.5 : c->value;
+    std::uint64_t q_bits = 0;
+    std::memcpy(&q_bits, &q, sizeof q);
+    for (const ArgRef& r : k.out_refs) {
+        const DevView o = view(r);
+        std::uint64_t w[kColumnKernelParamWords] = {
+            x.ptr, static_cast<std::uint64_t>(x.ld), o.ptr, static_cast<std::uint64_t>(o.ld),
+            static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols),
+            static_cast<std::uint64_t>(column_kernel_op_code(c->op)), static_cast<std::uint64_t>(c->d),
+            static_cast<std::uint64_t>(std::max(c->min_periods, 1)), q_bits, static_cast<std::uint64_t>(l.padded),
+            static_cast<std::uint64_t>(l.tile), static_cast<std::uint64_t>(l.bits), static_cast<std::uint64_t>(l.tiles),
+            scratch, static_cast<std::uint64_t>(l.bytes)};
+        void* params[] = {w};
+        FJ_CU(cuLaunchKernel, lk.fn, static_cast<unsigned>(l.grid), 1u, 1u, static_cast<unsigned>(kColumnKernelThreads), 1u, 1u,
+              static_cast<unsigned>(smem), stream, params, nullptr);
+    }
+    if (scratch) mem.release(scratch);
 }
 
 // A row step: the row kernel once per name its result has. Rows whose sort keys fit a block's shared memory sort
@@ -709,6 +751,17 @@ std::string CudaExecutable::explain() const {
     for (std::size_t i = 0; i < kernels_.size(); ++i) {
         const KernelInfo& k = kernels_[i];
         const LoadedKernel& lk = *k.loaded;
+        if (const Node* c = k.column_op) {
+            const ColumnLaunch l = column_kernel_launch(c->d, std::max<std::int64_t>(shape_rows_, 1),
+                                                        std::max<std::int64_t>(shape_cols_, 1), dev_.smem_optin, dev_.sm_count);
+            out += fmt::format("  column step {}: {} over window(d = {}), kernel {} ({}, {:.2f} ms), {} registers, blocks of {} "
+                               "threads, a block per (column, tile of {} rows), {} keys sorted and a wavelet matrix of {} "
+                               "levels in {} ({} bytes a block)\n",
+                               k.kernel->name, op_name(c->op), c->d, lk.function, cache_source_name(k.source), k.ms,
+                               lk.registers, kColumnKernelThreads, l.tile, l.padded, l.bits,
+                               l.in_smem ? "shared memory" : "global scratch", l.bytes);
+            continue;
+        }
         if (k.row_op) {
             out += fmt::format("  row step {}: {} over whole rows, kernel {} ({}, {:.2f} ms), {} registers, blocks of up to {} threads, "
                                "a block per row, keys sorted in shared memory up to {} columns\n",
@@ -758,7 +811,10 @@ public:
 
 private:
     std::shared_ptr<const LoadedKernel> load(const std::string& key, const CacheEntry& e, const KernelChoice& choice);
-    std::shared_ptr<const LoadedKernel> row_kernel(DType dtype, const CudaSettings& settings, CacheSource* source);
+    // A hand-written kernel (row steps' and column steps'): compiled once per process and source, cached like the
+    // generated ones. `tag` names the family in the cache key.
+    std::shared_ptr<const LoadedKernel> hand_kernel(const std::string& src, const std::string& function, const char* tag,
+                                                    int block, const CudaSettings& settings, CacheSource* source);
 
     const Device& dev_;
     NvrtcTarget target_;
@@ -843,10 +899,11 @@ std::shared_ptr<const LoadedKernel> CudaBackend::load(const std::string& key, co
     return lk;
 }
 
-std::shared_ptr<const LoadedKernel> CudaBackend::row_kernel(DType dtype, const CudaSettings& settings, CacheSource* source) {
-    const std::string src = row_kernels_source(dtype);
+std::shared_ptr<const LoadedKernel> CudaBackend::hand_kernel(const std::string& src, const std::string& function,
+                                                             const char* tag, int block, const CudaSettings& settings,
+                                                             CacheSource* source) {
     const std::string opts = fmt::format("{}", fmt::join(nvrtc_options(target_.arch, settings), " "));
-    const std::string key = fmt::format("fj-cuda-rows source={:016x} target={}{} nvrtc={} opts=[{}]", fnv1a64(src.data(), src.size()),
+    const std::string key = fmt::format("fj-cuda-{} source={:016x} target={}{} nvrtc={} opts=[{}]", tag, fnv1a64(src.data(), src.size()),
                                         target_.arch, target_.cubin ? "" : "(ptx)", nvrtc_api().version, opts);
     {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -856,7 +913,6 @@ std::shared_ptr<const LoadedKernel> CudaBackend::row_kernel(DType dtype, const C
         }
     }
     CacheResult r = KernelCache::global().get(key, [&] {
-        const std::string function = row_kernel_name(dtype);
         NvrtcOutput out = nvrtc_compile(src, function, nvrtc_options(target_.arch, settings), target_.cubin,
                                         dump_source(function, src));
         CacheEntry e;
@@ -881,7 +937,7 @@ std::shared_ptr<const LoadedKernel> CudaBackend::row_kernel(DType dtype, const C
             driver_api().cuModuleUnload(lk->module);
             throw;
         }
-        lk->block = kRowKernelThreads;
+        lk->block = block;
         it = loaded_.emplace(key, std::move(lk)).first;
     }
     return it->second;
@@ -912,6 +968,11 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
             if (plan.steps[i].kind == codegen::StepKind::Row) {
                 kernels[i].row_op = plan.steps[i].row_op();
                 row_kernel_op_code(kernels[i].row_op->op);  // (throws for an operator without a row kernel)
+                continue;
+            }
+            if (plan.steps[i].kind == codegen::StepKind::Column) {
+                kernels[i].column_op = plan.steps[i].column_op();
+                column_kernel_op_code(kernels[i].column_op->op);  // (throws for an operator without a column kernel)
                 continue;
             }
             jobs.push_back({i, false, codegen::select_kernel(*kernels[i].kernel, dtype, {}, facts, settings), {}});
@@ -957,11 +1018,15 @@ std::unique_ptr<Executable> CudaBackend::prepare(const codegen::Plan& plan, DTyp
         }
         (job.repair ? k.repair : k.loaded) = it->second;
     }
-    // Row steps: the row kernel of the dtype, compiled once per process and cached like the generated kernels.
+    // Row and column steps: the row or column kernel of the dtype, compiled once per process and cached like the
+    // generated kernels.
     for (KernelInfo& k : kernels)
-        if (k.row_op) {
+        if (k.hand_written()) {
             const auto t1 = std::chrono::steady_clock::now();
-            k.loaded = row_kernel(dtype, settings, &k.source);
+            k.loaded = k.row_op ? hand_kernel(row_kernels_source(dtype), row_kernel_name(dtype), "rows", kRowKernelThreads,
+                                              settings, &k.source)
+                                : hand_kernel(column_kernels_source(dtype), column_kernel_name(dtype), "columns",
+                                              kColumnKernelThreads, settings, &k.source);
             k.ms = ms_since(t1);
         }
     Specializer specialize = [this, dtype, facts, settings](std::vector<SpecializeRequest>& requests) {
