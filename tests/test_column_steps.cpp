@@ -27,6 +27,10 @@
 #ifdef FJ_WITH_CUDA
 #include "runtime/cuda/column_kernels.hpp"
 #endif
+#ifdef FJ_WITH_LLVM
+#include "runtime/cpu/column_ops.hpp"
+#include "runtime/thread_pool.hpp"
+#endif
 
 namespace {
 
@@ -138,6 +142,22 @@ std::vector<std::vector<double>> run_plan(const NamedExprs& exprs, const fj::tes
         for (std::size_t o = 0; o < outs.size(); ++o) out64[o].assign(out32[o].begin(), out32[o].end());
     return out64;
 }
+
+#ifdef FJ_WITH_LLVM
+// `stat` over x through the CPU's column-step code itself (fj::cpu::run_column_step), whatever the window's length
+// (the CPU backend fuses column steps shorter than cpu::kColumnStepCpuWindow into kernels), on panels of `dtype`.
+std::vector<double> cpu_column_step(const fj::Node* stat, const std::vector<double>& x, std::int64_t rows, std::int64_t cols,
+                                    fj::DType dtype, std::int64_t tile_rows = 0) {
+    std::vector<double> out64(x.size(), -777), in64 = x;
+    std::vector<float> in32(x.begin(), x.end()), out32(x.size(), -777);
+    const bool f64 = dtype == fj::DType::F64;
+    const fj::cpu::RowPanel in{f64 ? static_cast<void*>(in64.data()) : static_cast<void*>(in32.data()), cols};
+    const fj::cpu::RowPanel out{f64 ? static_cast<void*>(out64.data()) : static_cast<void*>(out32.data()), cols};
+    fj::cpu::run_column_step(*stat, in, {out}, rows, cols, dtype, tile_rows, fj::rt::ThreadPool::shared(2));
+    if (!f64) out64.assign(out32.begin(), out32.end());
+    return out64;
+}
+#endif
 
 #ifdef FJ_WITH_CUDA
 // The CUDA column kernel on the host: its source compiled as C++ with the stand-ins below (a block's threads are
@@ -317,7 +337,7 @@ TEST_CASE_TEMPLATE_APPLY(column_mixed, fj::test::CudaTargets);
 TEST_CASE_TEMPLATE_DEFINE("time tiles and chunks over time: bitwise the unchunked run", T, column_chunks) {
     if (!fj::test::available<T>()) return;
     const Dataset ds = hostile_data(2600, 18, 51);
-    NamedExprs prog = stat_cases(A, 100);
+    NamedExprs prog = stat_cases(A, 250);  // (a column step on both backends)
     // Against the reference with short time tiles (the column step's tiles follow CompileOptions::tile_rows),
     // with a chain: a fused step's result read by a column step.
     fj::CompileOptions tiles;
@@ -358,16 +378,26 @@ TEST_CASE_TEMPLATE_DEFINE("time tiles and chunks over time: bitwise the unchunke
 TEST_CASE_TEMPLATE_APPLY(column_chunks, fj::test::CpuTargets);
 TEST_CASE_TEMPLATE_APPLY(column_chunks, fj::test::CudaTargets);
 
-TEST_CASE("bitwise the fused O(d) lowering of the same windows (CPU, both dtypes)") {
-    if (!fj::rt::cpu_backend()) {
-        MESSAGE("skipped: this build has no CPU backend");
-        return;
-    }
-    for (const Dataset& ds : {hostile_data(500, 19, 61), ties_data(500, 17, 62)})
+TEST_CASE("the CPU's column-step code at every d: the reference, and bitwise the fused O(d) lowering") {
+#ifndef FJ_WITH_LLVM
+    MESSAGE("skipped: this build has no CPU backend");
+#else
+    // (The backend runs windows shorter than cpu::kColumnStepCpuWindow fused: here the column code runs them, on
+    // short tiles too.)
+    for (const Dataset& ds : {hostile_data(700, 19, 61), ties_data(600, 17, 62)})
         for (fj::DType dtype : {fj::DType::F64, fj::DType::F32}) {
             const fj::test::Inputs data = fj::test::as_dtype(ds.inputs, dtype);
             NamedExprs prog = stat_cases(A, 64);
-            const auto col = run_plan(prog, data, ds.rows, ds.cols, dtype, true);
+            for (const auto& e : stat_cases(A, 100)) prog.push_back(e);
+            std::vector<fj::Expr> roots;
+            for (const auto& [name, e] : prog) roots.push_back(e);
+            const auto refs = fj::test::reference(roots, data, ds.rows, ds.cols);
+            std::vector<std::vector<double>> col;
+            for (std::size_t k = 0; k < prog.size(); ++k) {
+                col.push_back(cpu_column_step(prog[k].second.node(), data.at("A"), ds.rows, ds.cols, dtype, k % 2 ? 150 : 0));
+                const std::string msg = fj::test::compare_output(col.back(), refs[k], ds.cols, dtype, prog[k].second.node(), {});
+                CHECK_MESSAGE(msg.empty(), prog[k].first << " (" << fj::dtype_name(dtype) << ", " << ds.label << "): " << msg);
+            }
             const auto fused = run_plan(prog, data, ds.rows, ds.cols, dtype, false);
             for (std::size_t k = 0; k < prog.size(); ++k) {
                 std::int64_t differ = 0, first = -1;
@@ -382,6 +412,7 @@ TEST_CASE("bitwise the fused O(d) lowering of the same windows (CPU, both dtypes
                                                          << fj::test::fmt_num(first >= 0 ? fused[k][static_cast<std::size_t>(first)] : 0));
             }
         }
+#endif
 }
 
 TEST_CASE("a column step of a panel shorter than its window, a single column, and explain() after a run") {
@@ -395,22 +426,24 @@ TEST_CASE("a column step of a panel shorter than its window, a single column, an
     }
     fj::CompileOptions co;
     co.backend = fj::Backend::Cpu;
-    fj::Program p = fj::compile({{"r", fj::ts_rank(fj::window(A, 100))}}, co);
-    std::vector<double> a(300 * 4, 1.0), r(300 * 4);
-    p.run({{"A", fj::Panel::host(a.data(), 300, 4)}}, {{"r", fj::Panel::host(r.data(), 300, 4)}});
-    CHECK(r[299 * 4] == 0.5 * (0 + 100 + 1) / 100);  // all tied: the middle rank
-    CHECK(std::isnan(r[98 * 4]));                      // 99 values, min_periods 100
-    CHECK(p.explain().find("column step") != std::string::npos);
+    fj::Program p = fj::compile({{"r", fj::ts_rank(fj::window(A, 250))}, {"s", fj::ts_rank(fj::window(A, 100))}}, co);
+    std::vector<double> a(300 * 4, 1.0), r(300 * 4), r2(300 * 4);
+    p.run({{"A", fj::Panel::host(a.data(), 300, 4)}}, {{"r", fj::Panel::host(r.data(), 300, 4)}, {"s", fj::Panel::host(r2.data(), 300, 4)}});
+    CHECK(r[299 * 4] == 0.5 * (0 + 250 + 1) / 250);  // all tied: the middle rank
+    CHECK(std::isnan(r[248 * 4]));                     // 249 values, min_periods 250
+    CHECK(r2[299 * 4] == 0.5 * (0 + 100 + 1) / 100);
+    const std::string ex = p.explain();
+    CHECK(ex.find("column step") != std::string::npos);  // d = 250: the column code
+    CHECK(ex.find("fused: shorter than") != std::string::npos);  // d = 100: fused on the CPU
 }
 
 TEST_CASE("the CUDA column kernel, run on the host: bitwise the CPU's column steps (tiles, shared memory and scratch)") {
 #ifndef FJ_WITH_CUDA
     MESSAGE("skipped: this build has no CUDA backend");
 #else
-    if (!fj::rt::cpu_backend()) {
-        MESSAGE("skipped: this build has no CPU backend");
-        return;
-    }
+#ifndef FJ_WITH_LLVM
+    MESSAGE("skipped: this build has no CPU backend");
+#else
     const Dataset ds = hostile_data(2100, 5, 81);  // d = 64: tiles of 961 rows, three a column
     for (fj::DType dtype : {fj::DType::F64, fj::DType::F32}) {
         CAPTURE(fj::dtype_name(dtype));
@@ -420,7 +453,8 @@ TEST_CASE("the CUDA column kernel, run on the host: bitwise the CPU's column ste
         NamedExprs prog = {{"r64", fj::ts_rank(fj::window(A, 64, 10))}, {"m64", fj::median(fj::window(A, 64))},
                            {"q250", fj::quantile(fj::window(A, 250, 1), 0.3)}, {"r250", fj::ts_rank(fj::window(A, 250))},
                            {"q100", fj::quantile(fj::window(A, 100, 0), 1.0)}};
-        const auto cpu = run_plan(prog, data, ds.rows, ds.cols, dtype, true);
+        std::vector<std::vector<double>> cpu;
+        for (const auto& [name, e] : prog) cpu.push_back(cpu_column_step(e.node(), data.at("A"), ds.rows, ds.cols, dtype));
         for (std::size_t k = 0; k < prog.size(); ++k)
             for (const bool scratch : {false, true}) {
                 const fj::Node* stat = prog[k].second.node();
@@ -438,6 +472,7 @@ TEST_CASE("the CUDA column kernel, run on the host: bitwise the CPU's column ste
                                                          << fj::test::fmt_num(first >= 0 ? cpu[k][static_cast<std::size_t>(first)] : 0));
             }
     }
+#endif
 #endif
 }
 

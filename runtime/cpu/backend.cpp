@@ -20,6 +20,7 @@
 #include "runtime/chunk_run.hpp"
 #include "runtime/fault_inject.hpp"
 #include "codegen/cpu/emit.hpp"
+#include "codegen/lower_ops.hpp"
 #include "runtime/cpu/column_ops.hpp"
 #include "runtime/cpu/compile.hpp"
 #include "runtime/cpu/row_ops.hpp"
@@ -139,7 +140,19 @@ public:
             if (step.kind == codegen::StepKind::Row && !cpu::has_row_op(step.row_op()->op))
                 throw BackendError(fmt::format("cpu: cross-sectional operator '{}' has no row-step implementation",
                                                op_name(step.row_op()->op)));
-            if (step.kind == codegen::StepKind::TimeSeries) to_compile.push_back(&step.kernel);
+            const ir::Kernel* kernel = step.kind == codegen::StepKind::TimeSeries ? &step.kernel : nullptr;
+            if (const Node* c = step.column_op(); c && c->d < cpu::kColumnStepCpuWindow) {
+                // Shorter than where the column step pays on the CPU: its operator fused into a kernel of its own.
+                auto k = std::make_unique<ir::Kernel>();
+                k->name = step.kernel.name + "_fused";
+                k->inputs = step.kernel.inputs;
+                k->outputs = step.kernel.outputs;
+                codegen::lower_region(step.roots, plan_.exact_sums, plan_.dtype, *k);
+                ir::verify(*k);
+                kernel = fused_columns_.emplace_back(std::move(k)).get();
+            }
+            kernel_of_.push_back(kernel);
+            if (kernel) to_compile.push_back(kernel);
             // Where each kernel slot's panel lives: resolved once, not every run.
             Slots s;
             for (const std::string& n : step.kernel.inputs) s.in.push_back(plan_.slot_of(n));
@@ -149,8 +162,7 @@ public:
         // Compiled (or read from the disk cache) in parallel.
         std::vector<cpu::CompiledKernel> compiled = jit.get(to_compile, dtype, ThreadPool::shared(thread_count(options_.threads)));
         std::size_t next = 0;
-        for (const codegen::Step& step : plan_.steps)
-            kernels_.push_back(step.kind == codegen::StepKind::TimeSeries ? compiled[next++] : cpu::CompiledKernel{});
+        for (const ir::Kernel* kernel : kernel_of_) kernels_.push_back(kernel ? compiled[next++] : cpu::CompiledKernel{});
     }
 
     // Chunks over time (or forced over columns) when a budget, a progress callback or a forced size asks
@@ -188,13 +200,13 @@ public:
         std::vector<double> step_ms(plan_.steps.size(), 0.0);  // for explain()
         for (std::size_t si = 0; si < plan_.steps.size(); ++si) {
             const auto t0 = std::chrono::steady_clock::now();
-            if (plan_.steps[si].kind != codegen::StepKind::TimeSeries) {
+            if (!kernel_of_[si]) {
                 run_row_step(si, panel, rows, cols, outputs.front().dtype, pool);
                 for (int m : plan_.steps[si].frees) tmp.give(static_cast<std::size_t>(m));
                 step_ms[si] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
                 continue;
             }
-            const ir::Kernel& k = plan_.steps[si].kernel;
+            const ir::Kernel& k = *kernel_of_[si];
             std::vector<const void*> in_ptr;
             std::vector<std::int64_t> in_ld;
             for (const codegen::Plan::Slot& at : slots_[si].in) {
@@ -251,10 +263,10 @@ public:
         }
         double kernel_ms = 0, row_ms = 0;
         for (std::size_t i = 0; i < kernels_.size(); ++i) {
-            const bool row = plan_.steps[i].kind != codegen::StepKind::TimeSeries;
+            const bool row = !kernel_of_[i];
             const std::string took = i < step_ms.size() ? fmt::format("; last run {:.1f} ms", step_ms[i]) : "";
             if (i < step_ms.size()) (row ? row_ms : kernel_ms) += step_ms[i];
-            if (const Node* c = plan_.steps[i].column_op())
+            if (const Node* c = plan_.steps[i].column_op(); c && row)
                 out += fmt::format("  step {} column step {}: {} over {} rows, column by column over the thread pool (a sort "
                                    "and a Fenwick tree per column and time tile){}\n",
                                    i, plan_.steps[i].kernel.name, op_name(c->op), c->d, took);
@@ -262,7 +274,12 @@ public:
                 out += fmt::format("  step {} row step {}: {} per row over the thread pool (sort per row){}\n", i,
                                    plan_.steps[i].kernel.name, op_name(plan_.steps[i].row_op()->op), took);
             else
-                out += fmt::format("  step {} kernel {}: {}{}\n", i, plan_.steps[i].kernel.name, describe(kernels_[i]), took);
+                out += fmt::format("  step {} kernel {}{}: {}{}\n", i, kernel_of_[i]->name,
+                                   plan_.steps[i].column_op() ? fmt::format(" (column step {} over {} rows, fused: shorter than {})",
+                                                                            op_name(plan_.steps[i].column_op()->op),
+                                                                            plan_.steps[i].column_op()->d, cpu::kColumnStepCpuWindow)
+                                                              : std::string(),
+                                   describe(kernels_[i]), took);
         }
         if (!step_ms.empty())
             out += fmt::format("  last run (or its last chunk): kernels {:.1f} ms, row and column steps {:.1f} ms\n", kernel_ms, row_ms);
@@ -316,6 +333,10 @@ private:
     mutable std::mutex step_ms_mutex_;
     std::vector<double> last_step_ms_;  // each step's time in the last run (or chunk), for explain()
     std::vector<cpu::CompiledKernel> kernels_;
+    // Each step's kernel: a time-series step's own, a short column step's operator fused into one
+    // (fused_columns_ holds those), none for the row steps and the column steps run by column_ops.
+    std::vector<const ir::Kernel*> kernel_of_;
+    std::vector<std::unique_ptr<ir::Kernel>> fused_columns_;
     MappingPool mappings_;  // intermediates' memory kept from one run to the next
     struct Slots {
         std::vector<codegen::Plan::Slot> in, out;  // kernel slot -> where its panel lives in a run

@@ -3,8 +3,12 @@
 #include "runtime/cpu/column_ops.hpp"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -22,43 +26,112 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // instead of one cache line per value.
 constexpr std::int64_t kBlockCols = 16;
 
-// Output rows of a task's time tile, unless asked: long enough that the d - 1 rows it re-reads before them stay
-// a small share (<= 1/8), as the kernels' tiles.
-std::int64_t auto_tile_rows(int d) { return std::max<std::int64_t>(2048, 8 * static_cast<std::int64_t>(d - 1)); }
+// Output rows of a task's time tile, unless asked. Short tiles keep the coordinates few (the Fenwick tree small, and
+// the walk from one row's order statistic to the next short: the tile's values lie between the window's); long ones
+// re-read fewer rows (d - 1 a tile).
+std::int64_t auto_tile_rows(int d) { return std::max<std::int64_t>(256, 4 * static_cast<std::int64_t>(d - 1)); }
 
-// Counts of the window's values per coordinate (0 .. n - 1), as a Fenwick tree: add, count of coordinates <= c
-// and the k-th smallest value's coordinate, each O(log n).
+// Counts of the window's values per coordinate (0 .. n - 1), as a Fenwick tree over a power-of-two size (so that
+// the k-th descent needs no bound check), beside the plain count of each coordinate: add, the count of coordinates
+// below c and the k-th smallest value's coordinate, each O(log n).
 class Fenwick {
 public:
     void reset(int n) {
-        n_ = n;
-        tree_.assign(static_cast<std::size_t>(n) + 1, 0);
-        top_ = 1;
-        while (top_ * 2 <= n_) top_ *= 2;
+        size_ = 1;
+        while (size_ < n) size_ *= 2;
+        tree_.assign(static_cast<std::size_t>(size_) + 1, 0);
+        count_.assign(static_cast<std::size_t>(size_), 0);
     }
     void add(int c, int delta) {
-        for (int i = c + 1; i <= n_; i += i & -i) tree_[static_cast<std::size_t>(i)] += delta;
+        count_[static_cast<std::size_t>(c)] += delta;
+        for (int i = c + 1; i <= size_; i += i & -i) tree_[static_cast<std::size_t>(i)] += delta;
     }
-    int count_le(int c) const {
+    // A value leaves coordinate `from` and one enters `to`, the common case of a row. The two paths to the root
+    // meet, and above that the changes cancel: only the slots below the meeting are written. (Two full updates
+    // a row wrote the slots near the root twice, each write waiting for the last one's: half of a column step's
+    // time; bench/RESULTS.md, "Column steps".)
+    void move(int from, int to) {
+        --count_[static_cast<std::size_t>(from)];
+        ++count_[static_cast<std::size_t>(to)];
+        int a = from + 1, b = to + 1;
+        while (a != b) {
+            if (a < b) {
+                --tree_[static_cast<std::size_t>(a)];
+                a += a & -a;
+            } else {
+                ++tree_[static_cast<std::size_t>(b)];
+                b += b & -b;
+            }
+        }
+    }
+    int count(int c) const { return count_[static_cast<std::size_t>(c)]; }
+    int count_below(int c) const {
         int s = 0;
-        for (int i = c + 1; i > 0; i -= i & -i) s += tree_[static_cast<std::size_t>(i)];
+        for (int i = c; i > 0; i -= i & -i) s += tree_[static_cast<std::size_t>(i)];
         return s;
     }
-    // The coordinate of the k-th smallest counted value (k from 0; k < the count of all).
-    int kth(int k) const {
-        int pos = 0;
-        for (int step = top_; step > 0; step >>= 1)
-            if (pos + step <= n_ && tree_[static_cast<std::size_t>(pos + step)] <= k) {
-                pos += step;
-                k -= tree_[static_cast<std::size_t>(pos)];
-            }
+    // The coordinate of the k-th smallest counted value (k from 0; k < the count of all), and in *below the count
+    // of values below it. Without branches on the counts: which way a step goes is data, not a prediction.
+    int kth(int k, int* below) const {
+        int pos = 0, rest = k;
+        for (int step = size_; step > 0; step >>= 1) {
+            const int v = tree_[static_cast<std::size_t>(pos + step)];
+            const bool right = v <= rest;
+            pos = right ? pos + step : pos;
+            rest = right ? rest - v : rest;
+        }
+        *below = k - rest;
         return pos;
+    }
+    // The smallest counted coordinate above c, looking at most `look` places ahead; -1 if none there.
+    int next_above(int c, int look) const {
+        const int end = std::min(size_, c + 1 + look);
+        for (int i = c + 1; i < end; ++i)
+            if (count_[static_cast<std::size_t>(i)] > 0) return i;
+        return -1;
     }
 
 private:
-    std::vector<std::int32_t> tree_;
-    int n_ = 0, top_ = 1;
+    std::vector<std::int32_t> tree_, count_;
+    int size_ = 1;
 };
+
+// A value's order key (unsigned, in the order of the non-NaN doubles; -0 and +0 one key) and its row.
+struct Keyed {
+    std::uint64_t key;
+    std::uint32_t row;
+};
+
+std::uint64_t order_key(double x) {
+    const std::uint64_t bits = std::bit_cast<std::uint64_t>(x == 0 ? 0.0 : x);
+    return bits >> 63 ? ~bits : bits | (std::uint64_t{1} << 63);
+}
+
+// Sorts by key: a least-significant-digit radix sort of bytes, skipping the bytes every key shares (float32 values
+// as doubles end in three zero bytes, and a tile of prices shares its exponent): 3-5 passes where std::sort took
+// half of a column step's time (bench/RESULTS.md, "Column steps").
+void sort_keys(std::vector<Keyed>& a, std::vector<Keyed>& tmp) {
+    const std::size_t n = a.size();
+    if (n < 64) {
+        std::sort(a.begin(), a.end(), [](const Keyed& l, const Keyed& r) { return l.key < r.key; });
+        return;
+    }
+    std::array<std::array<std::uint32_t, 256>, 8> count{};
+    for (const Keyed& e : a)
+        for (int b = 0; b < 8; ++b) ++count[b][(e.key >> (8 * b)) & 0xff];
+    tmp.resize(n);
+    for (int b = 0; b < 8; ++b) {
+        std::array<std::uint32_t, 256>& c = count[b];
+        if (c[(a[0].key >> (8 * b)) & 0xff] == n) continue;
+        std::uint32_t sum = 0;
+        for (std::uint32_t& k : c) sum += std::exchange(k, sum);
+        for (const Keyed& e : a) tmp[c[(e.key >> (8 * b)) & 0xff]++] = e;
+        a.swap(tmp);
+    }
+}
+
+// The longest walk over the counts from one row's order statistic to the next before the descent is taken instead.
+constexpr int kWalk = 48;
 
 // What a column step computes, from its node.
 struct Stat {
@@ -71,7 +144,7 @@ struct Stat {
 struct Scratch {
     std::vector<double> values;               // the task's columns, each as `span` consecutive rows
     std::vector<double> results;              // each column's output rows
-    std::vector<std::pair<double, int>> order;  // a column's valid values with their rows, sorted
+    std::vector<Keyed> order, spare;           // a column's valid values' keys with their rows, sorted
     std::vector<int> coord;                   // each row's coordinate (-1: NaN)
     std::vector<double> distinct;             // the value of each coordinate
     Fenwick counts;
@@ -83,29 +156,41 @@ void one_column(const Stat& st, const double* v, int span, int skip, double* out
     s.order.clear();
     s.coord.assign(static_cast<std::size_t>(span), -1);
     for (int i = 0; i < span; ++i)
-        if (!std::isnan(v[i])) s.order.emplace_back(v[i], i);
-    // Equal values (-0 and +0 among them) are one coordinate, so prefix counts split below / equal exactly.
-    std::sort(s.order.begin(), s.order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    // A coordinate's value is the first of its equal values in the sort, which is not the same one for every
-    // tile: a zero is +0 whatever its sign, so that results do not depend on the tiles (the definition does
-    // not tell -0 from +0; the fused lowering keeps the sign of the zero its sorted states hold).
+        if (!std::isnan(v[i])) s.order.push_back({order_key(v[i]), static_cast<std::uint32_t>(i)});
+    // Equal values (-0 and +0 among them) are one key and one coordinate, so prefix counts split below / equal
+    // exactly. A zero is +0 whatever its sign, so that results do not depend on which of its equal values a tile
+    // sorted first (the definition does not tell -0 from +0; the fused lowering keeps the sign of the zero its
+    // sorted states hold).
+    sort_keys(s.order, s.spare);
     s.distinct.clear();
-    for (const auto& [value, row] : s.order) {
-        if (s.distinct.empty() || s.distinct.back() != value) s.distinct.push_back(value == 0 ? 0.0 : value);
-        s.coord[static_cast<std::size_t>(row)] = static_cast<int>(s.distinct.size()) - 1;
+    std::uint64_t last = 0;
+    for (const Keyed& e : s.order) {
+        if (s.distinct.empty() || e.key != last) {
+            const double value = v[e.row];
+            s.distinct.push_back(value == 0 ? 0.0 : value);
+            last = e.key;
+        }
+        s.coord[e.row] = static_cast<int>(s.distinct.size()) - 1;
     }
     s.counts.reset(static_cast<int>(s.distinct.size()));
     int n = 0;  // valid values in the window
+    // Median and quantile: the coordinate of the last row's order statistic and the count of values below it. The
+    // window moves by a row, so the next one is a few counted coordinates away as a rule: a walk over the counts
+    // finds it, and the Fenwick tree's descent where the walk would be long (a jump after a burst of NaN).
+    int at = 0, below_at = 0;
     for (int i = 0; i < span; ++i) {
-        if (const int c = s.coord[static_cast<std::size_t>(i)]; c >= 0) {
-            s.counts.add(c, 1);
+        const int enters = s.coord[static_cast<std::size_t>(i)];
+        const int leaves = i >= st.d ? s.coord[static_cast<std::size_t>(i - st.d)] : -1;
+        if (enters >= 0 && leaves >= 0) {
+            s.counts.move(leaves, enters);
+        } else if (enters >= 0) {
+            s.counts.add(enters, 1);
             ++n;
+        } else if (leaves >= 0) {
+            s.counts.add(leaves, -1);
+            --n;
         }
-        if (i >= st.d)
-            if (const int c = s.coord[static_cast<std::size_t>(i - st.d)]; c >= 0) {
-                s.counts.add(c, -1);
-                --n;
-            }
+        below_at += (enters >= 0 && enters < at) - (leaves >= 0 && leaves < at);
         if (i < skip) continue;
         double r = kNaN;
         if (n >= st.need) {
@@ -113,16 +198,29 @@ void one_column(const Stat& st, const double* v, int span, int skip, double* out
                 // (values below + values at or below, itself included, + 1) / 2: the average-tie rank, a
                 // half-integer, exact; divided by n once, as the fused lowering and the reference round it.
                 if (const int c = s.coord[static_cast<std::size_t>(i)]; c >= 0) {
-                    const int below = c > 0 ? s.counts.count_le(c - 1) : 0, at_or_below = s.counts.count_le(c);
+                    const int below = s.counts.count_below(c), at_or_below = below + s.counts.count(c);
                     r = static_cast<double>(below + at_or_below + 1) * 0.5 / static_cast<double>(n);
                 }
             } else {
                 // numpy's / pandas' linear interpolation between the values at floor(q (n - 1)) and the next.
                 const double pos = st.q * static_cast<double>(n - 1), lo = std::floor(pos), frac = pos - lo;
                 const int k = static_cast<int>(lo);
-                const double vlo = s.distinct[static_cast<std::size_t>(s.counts.kth(k))];
-                const double vhi = k + 1 < n ? s.distinct[static_cast<std::size_t>(s.counts.kth(k + 1))] : kInf;
-                r = frac == 0 || vhi == vlo ? vlo : vlo + frac * (vhi - vlo);
+                int steps = 0;
+                while (below_at > k && steps++ < kWalk) below_at -= s.counts.count(--at);
+                while (below_at + s.counts.count(at) <= k && steps++ < kWalk) below_at += s.counts.count(at++);
+                if (steps >= kWalk) at = s.counts.kth(k, &below_at);
+                const int c = at;
+                int below = below_at;
+                const double vlo = s.distinct[static_cast<std::size_t>(c)];
+                r = vlo;
+                if (frac != 0 && k + 1 < n) {
+                    // The next value: the same coordinate while it holds more, else the next counted one (a few
+                    // places on, as a rule: the tile's other values lie between), else the (k + 1)-th's descent.
+                    int next = below + s.counts.count(c) > k + 1 ? c : s.counts.next_above(c, 16);
+                    if (next < 0) next = s.counts.kth(k + 1, &below);
+                    const double vhi = s.distinct[static_cast<std::size_t>(next)];
+                    r = vhi == vlo ? vlo : vlo + frac * (vhi - vlo);
+                }
             }
         }
         out[i - skip] = r;

@@ -23,6 +23,12 @@ class ThreadPool;
 
 namespace fj::cpu {
 
+// The CPU backend runs a column step here from this window length on; shorter ones it fuses into a kernel of
+// their own (codegen::lower_region), which costs less on the CPU up to about this length: measured with
+// bench/bench_column_steps (10,000 x 1,000 float32, one thread), the column step costs 42-66 ns a cell at any
+// d, the fused kernel 10-13 ns at d = 64, 35-40 at 160 and 56-78 at 250 (bench/RESULTS.md, "Column steps").
+inline constexpr int kColumnStepCpuWindow = 224;
+
 // out[t][j] = `stat` (WTsRank, WMedian or WQuantile, with its d, min_periods and q) over the window of rows
 // t - d + 1 .. t (from row 0 of the panel) of column j of x, for every row t < rows and column j < cols;
 // every output gets the same values. x is read only; outputs must not overlap it. `tile_rows`: output rows
