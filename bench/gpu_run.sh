@@ -69,7 +69,7 @@ CXXFLAGS="-std=c++20 -O2 -I$ROOT -I$ROOT/tests -isystem $FMT -DFMT_HEADER_ONLY=1
 case "$DOCTEST_INC" in /usr/include|/usr/local/include|"") ;; *) CXXFLAGS="$CXXFLAGS -isystem $DOCTEST_INC" ;; esac
 mkdir -p "$BUILD/cuda_tests/tmp"
 pids=()
-for f in tests/main.cpp tests/reference.cpp tests/test_cuda_compile.cpp tests/test_cuda_cache.cpp tests/test_cuda_gpu.cpp tests/test_plan.cpp tests/test_spikes.cpp tests/test_cuda_refold.cpp tests/test_cross_section.cpp tests/test_cuda_pipeline.cpp tests/test_alpha101.cpp; do
+for f in tests/main.cpp tests/reference.cpp tests/test_cuda_compile.cpp tests/test_cuda_cache.cpp tests/test_cuda_gpu.cpp tests/test_plan.cpp tests/test_spikes.cpp tests/test_cuda_refold.cpp tests/test_cross_section.cpp tests/test_cuda_pipeline.cpp tests/test_alpha101.cpp tests/test_column_steps.cpp; do
   o="$BUILD/cuda_tests/$(basename "$f" .cpp).o"
   g++ $CXXFLAGS -DFJ_TEST_TMP="\"$BUILD/cuda_tests/tmp\"" -DFJ_CLI_PATH="\"$BUILD/factorjit\"" -c "$f" -o "$o" > "$o.log" 2>&1 &
   pids+=($!)
