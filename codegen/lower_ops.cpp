@@ -114,7 +114,7 @@ private:
 
     struct MomentGroup {
         V n, finite, infinities, signed_infinities = -1, shift, s1v, m2n = -1, is_const = -1;
-        V s2v = -1, s3v = -1, s4v = -1;  // (skew, kurt)
+        V m3 = -1, m4 = -1;  // (skew, kurt: centred_higher_moments)
         Dd s1, s2;
         bool exact_terms = false;  // s1 holds the sum of exact terms x - shift (read_by_window_): sum and mean from it
     };
@@ -710,41 +710,167 @@ private:
     std::vector<Bound> bounds_;
     V when_ = -1;
 };
-// The guards of skew's and kurt's sums (moments()), beside var's: the centred sums M3 = S3 - 3a S2 + 2a^2 S1 and
-// M4 = S4 - 4a S3 + 6a^2 S2 - 3a^3 S1 (a: the shifted values' mean) must stay within the tolerance of what the
-// results divide by, M2^1.5 / sqrt(n) and M2^2 / n. Three kinds of rounding: what the running sums of cubes and
-// fourth powers accumulate (their own E, as every sum's), what S2 accumulates (var's E) times |a|, and the
-// float64 rounding of forming M3 and M4 from sums of values far from their mean (about 8 u times the terms'
-// magnitudes): the last grows as (|a| / sd)^4, so a level far from the shift fires it and the refold re-shifts by
-// the row's value. Sums that overflowed (float64 values beyond about 1e102 for cubes, 1e77 for fourth powers)
-// are inf while the value is inside the window and NaN once it has left: their magnitude counts as inf and a
-// NaN limit as -inf, so the guard fires and the refold rebuilds them from the window's own rows.
-void higher_moment_guards(IrBuilder& ir, Guards& guards, Sums& sums, int s2, int s3, int s4, V n, V s1v, V m2n, V e2,
-                          double per_row, double tolerance) {
+// y^3 and y^4 as hi + lo, for double-double sums of cubes and fourth powers: y^2 = p + e exactly (FMA), then
+// p y and p^2 exactly (hi and an FMA remainder) and e y, 2 p e rounded into lo (u^2 |y|^k at most). A rounded
+// square times y, as the plain sums take it, is off by u |y|^3: where the values lie far from the shift (|m| / sd
+// of some hundreds, m their mean) that alone is over the tolerance of M3, double-double sums or not. The same
+// instructions make a value's terms entering, leaving (an echo of entering) and in a refold, so a value leaves
+// exactly what it brought.
+struct Powers {
+    Dd cube, fourth{-1, -1};
+};
+Powers exact_powers(IrBuilder& ir, V y, bool fourth) {
+    auto fma = [&](V a, V b, V d) { return ir.f(Prim::Fma, a, b, d); };
+    V p = ir.mul(y, y);
+    V e = fma(y, y, ir.f(Prim::Neg, p));
+    V q3 = ir.mul(p, y);
+    Powers r{{q3, fma(e, y, fma(p, y, ir.f(Prim::Neg, q3)))}};
+    if (fourth) {
+        V q4 = ir.mul(p, p);
+        r.fourth = {q4, fma(ir.add(p, p), e, fma(p, p, ir.f(Prim::Neg, q4)))};
+    }
+    return r;
+}
+
+// The centred third and fourth moments M3 = sum (y - m)^3 and M4 = sum (y - m)^4 (y: the window's shifted values,
+// m their mean) from their power sums S1..S4, in double-double. Formed in float64 as S3 - 3m S2 + 2m^2 S1, they
+// lose about u n |m|^3 to cancellation against n sd^3, and a random walk drifts from its pass's first value (the
+// shift) by tens to hundreds of its windows' spreads (docs/numerics.md).
+//
+// About a = fl(S1 / n), with T0 = n and T1 = r = S1 - n a, the binomial expansion S_k = sum_j C(k, j) a^(k-j) T_j
+// of T_k = sum (y - a)^k gives
+//   T2 = S2 - n a^2 - 2a r,   T3 = S3 - n a^3 - 3a T2 - 3a^2 r,   T4 = S4 - n a^4 - 4a T3 - 6a^2 T2 - 4a^3 r.
+// Each product is formed as hi + lo (lo its exact FMA remainder plus the low parts' products) and the hi parts are
+// added by TwoSum, so only the sums of low parts round: T_k is within a few tens of u^2 times the magnitude of its
+// terms (|S_k| + n |a|^k + ..., about `form_k` of higher_moment_guards), plus u |T_k| for its last rounding. r is
+// exact (S1 - n a is small next to S1) but for the rounding of S1's low part into it, and m = a + r / n, so
+// M3 = T3 - 3 (r/n) T2 and M4 = T4 - 4 (r/n) T3 but for terms in (r/n)^2, which is u^2 a^2 at most. Plain sums
+// (lo < 0) are double-doubles with a zero low part. Where no result is given (M2 <= 0, NaN sums) the values are
+// whatever the arithmetic makes of them: the results test M2 and the counts themselves.
+struct HigherMoments {
+    V m3 = -1, m4 = -1;
+};
+HigherMoments centred_higher_moments(IrBuilder& ir, Dd s1, Dd s2, Dd s3, Dd s4, V n, V inv_n) {
+    auto c = [&](double v) { return ir.constant(v); };
+    auto lo = [&](Dd s) { return s.lo >= 0 ? s.lo : c(0); };
+    auto fma = [&](V a, V b, V d) { return ir.f(Prim::Fma, a, b, d); };
+    // x * y as hi + lo: hi rounded, lo its exact remainder plus the products of the low parts (rounded, small).
+    auto times = [&](Dd x, Dd y) {
+        V p = ir.mul(x.hi, y.hi);
+        V e = fma(x.hi, y.hi, ir.f(Prim::Neg, p));
+        if (y.lo >= 0) e = fma(x.hi, y.lo, e);
+        if (x.lo >= 0) e = fma(x.lo, y.hi, e);
+        return Dd{p, e};
+    };
+    // s - the terms - rest: the hi parts by TwoSum (exact), the low parts and `rest` (small) summed plainly.
+    auto minus = [&](Dd s, const std::vector<Dd>& terms, V rest) {
+        V hi = s.hi, low = ir.sub(lo(s), rest);
+        for (const Dd& t : terms) {
+            V sum = ir.sub(hi, t.hi);
+            V bb = ir.sub(sum, hi);
+            V err = ir.sub(ir.sub(hi, ir.sub(sum, bb)), ir.add(t.hi, bb));  // hi - t.hi - sum exactly
+            low = ir.add(low, ir.sub(err, lo(t)));
+            hi = sum;
+        }
+        return Dd{hi, low};
+    };
+    auto value = [&](Dd x) { return ir.add(x.hi, x.lo); };
+    const Dd nn{n, -1};
+    V a = ir.mul(ir.add(s1.hi, lo(s1)), inv_n);
+    V r = ir.add(fma(ir.f(Prim::Neg, n), a, s1.hi), lo(s1));
+    V r_n = ir.mul(r, inv_n);
+    const Dd av{a, -1};
+    const Dd a2 = times(av, av);
+    const Dd t2 = minus(s2, {times(a2, nn)}, ir.mul(ir.mul(c(2), a), r));
+    const Dd a3 = times(a2, av);
+    const Dd t3 = minus(s3, {times(a3, nn), times(times(Dd{c(3), -1}, av), t2)}, ir.mul(ir.mul(c(3), a2.hi), r));
+    HigherMoments m;
+    m.m3 = ir.add(t3.hi, fma(ir.mul(c(-3), r_n), value(t2), t3.lo));
+    if (s4.hi < 0) return m;
+    const Dd a4 = times(a2, a2);
+    const Dd four_a{ir.mul(c(4), a), -1};  // (exact)
+    const Dd t4 = minus(s4, {times(a4, nn), times(four_a, t3), times(times(a2, Dd{c(6), -1}), t2)},
+                        ir.mul(ir.mul(c(4), a3.hi), r));
+    m.m4 = ir.add(t4.hi, fma(ir.mul(c(-4), r_n), value(t3), t4.lo));
+    return m;
+}
+
+// The same in float64, from plain sums (float32 panels): M3 = S3 - 3a S2 + 2a^2 S1 and M4 = S4 - 4a S3 + 6a^2 S2 -
+// 3a^3 S1, a = S1 / n, which round by about 8u times their terms' magnitudes (higher_moment_guards' `form3`). Their
+// sums carry more than that already (the sums of cubes and fourth powers round every row; docs/numerics.md).
+HigherMoments plain_higher_moments(IrBuilder& ir, V s1, V s2, V s3, V s4, V inv_n) {
+    auto c = [&](double v) { return ir.constant(v); };
+    V a = ir.mul(s1, inv_n);
+    HigherMoments m;
+    m.m3 = ir.sub(s3, ir.mul(a, ir.sub(ir.mul(c(3), s2), ir.mul(ir.mul(c(2), a), s1))));
+    if (s4 < 0) return m;
+    V inner = ir.sub(ir.mul(c(6), s2), ir.mul(ir.mul(c(3), a), s1));
+    m.m4 = ir.sub(s4, ir.mul(a, ir.sub(ir.mul(c(4), s3), ir.mul(a, inner))));
+    return m;
+}
+
+// The guards of skew's and kurt's sums (moments()), beside var's: M3 and M4 (centred_higher_moments) must stay
+// within the tolerance of what the results divide by, M2^1.5 / sqrt(n) and M2^2 / n, a share of it for each kind
+// of rounding (double-double sums: shares that add up to 7/8; plain sums: 1/4 each for the first three):
+// - what the running sums of cubes and fourth powers accumulate (their own E, as every sum's; 1/8);
+// - what S2 and S3 accumulate (var's E, the cubes' E), times |a| (a: the shifted values' mean) and a^2, as they
+//   enter M3 and M4 (1/8);
+// - the forming of M3 and M4: in double-double 128 u^2 times the terms' magnitudes (form3, form4), a bound that
+//   grows as (|a| / sd)^4 and fires only where the level lies some thousands of spreads from the shift (1/8); from
+//   plain sums in float64 (plain_higher_moments) 8 u times them;
+// - float64 terms y_i = x_i - shift, each rounded by d_i, |d_i| <= u |y_i| (1/2). To first order they move M3 by
+//   3 sum (z_i^2 - M2/n) d_i (z_i = y_i - m) and M4 by 4 sum (z_i^3 - M3/n) d_i. With |y_i| <= |m| + |z_i|,
+//   sum |z_i|^3 <= sqrt(M2) M2, sum |z_i| <= sqrt(n M2), |M3| <= sqrt(M2 M4) and M2^2 <= n M4 (Cauchy-Schwarz):
+//   |dM3| <= 6u M2 (|m| + sqrt(M2)) and |dM4| <= 8u (|m| sqrt(M2 M4) + M4); tested with 7u and 9u (the second order).
+//   Where x and the shift lie within a factor of 2 (prices) the terms are exact (Sterbenz), but the bound does
+//   not know it; it stays below its share up to |m| / sd of about 600 (skew) and 150 (kurt, normal tails).
+// The tests of M3 hold only where a window holds 3 finite values, of M4 where it holds 4 (below, no skew or kurt is
+// given; E keeps accumulating and is tested on the rows that give one). Sums that overflowed (float64 values beyond
+// about 1e102 for cubes, 1e77 for fourth powers) are inf while the value is inside the window and NaN once it has
+// left: their magnitude counts as inf and a NaN limit as -inf, so the guard fires and the refold rebuilds them.
+void higher_moment_guards(IrBuilder& ir, Guards& guards, Sums& sums, int s2, int s3, int s4, V n, V count, int d,
+                          bool full, V s1v, V m2n, const HigherMoments& hm, V e2, double per_row, double term, double tolerance) {
+    const bool exact = sums.dd().exact;
     auto abs = [&](V v) { return ir.f(Prim::Abs, v); };
     auto c = [&](double v) { return ir.constant(v); };
     auto size = [&](V v) { return ir.select(ir.lt(v, c(kInf)), v, c(kInf)); };
-    auto limit = [&](V v) { return ir.select(ir.isnan(v), c(-kInf), v); };
+    // What the results divide by, on the rows that give them (NaN: -inf, which fires).
+    auto limit = [&](V v, int need) {
+        V l = ir.select(ir.isnan(v), c(-kInf), v);
+        return full ? l : ir.select(at_least(ir, count, need), l, c(kInf));
+    };
     DdMath& dd = sums.dd();
     V inv_n = ir.f(Prim::Recip, n);
     V a = abs(ir.mul(s1v, inv_n));
     V m2 = ir.mul(m2n, inv_n);
     V s2v = dd.value(sums.running(s2)), s3a = abs(dd.value(sums.running(s3))), s1a = abs(s1v);
-    const double formation = 8.0 * std::ldexp(1.0, -53) / tolerance;
+    const double formation = exact ? 128.0 * std::ldexp(1.0, -106) / tolerance : 8.0 * std::ldexp(1.0, -53) / tolerance;
+    const double share = exact ? 0.125 : 0.25;
+    const double root_d = std::sqrt(static_cast<double>(d));  // (n <= d)
     V e3 = guards.bound("cubes", size(magnitude(ir, sums.running(s3))));
-    V spread3 = limit(ir.mul(c(0.25), ir.mul(m2, ir.f(Prim::Sqrt, ir.mul(m2, inv_n)))));
+    V spread3 = limit(ir.mul(c(share), ir.mul(m2, ir.f(Prim::Sqrt, ir.mul(m2, inv_n)))), 3);
     guards.test(ir.mul(c(per_row), e3), spread3);
     guards.test(ir.mul(c(3.0 * per_row), ir.mul(a, e2)), spread3);
     V form3 = ir.add(s3a, ir.mul(a, ir.add(ir.mul(c(3), s2v), ir.mul(c(2), ir.mul(a, s1a)))));
     guards.test(ir.mul(c(formation), form3), spread3);
+    // (7u M2 (|m| + sqrt M2) against half the tolerance of M2^1.5 / sqrt n, divided by M2 / 8; term = 2u / tolerance,
+    // sqrt n taken as sqrt d.)
+    if (term > 0 && exact) {
+        V root_m2 = ir.f(Prim::Sqrt, m2);
+        guards.test(ir.mul(c(7.0 * term * root_d / 8.0), ir.add(a, root_m2)), limit(ir.mul(c(0.125), root_m2), 3));
+    }
     if (s4 < 0) return;
     V e4 = guards.bound("fourth powers", size(magnitude(ir, sums.running(s4))));
-    V spread4 = limit(ir.mul(c(0.25), ir.mul(m2, ir.mul(m2, inv_n))));
+    V spread4 = limit(ir.mul(c(share), ir.mul(m2, ir.mul(m2, inv_n))), 4);
     guards.test(ir.mul(c(per_row), e4), spread4);
     guards.test(ir.mul(c(per_row), ir.mul(a, ir.add(ir.mul(c(4), e3), ir.mul(c(6), ir.mul(a, e2))))), spread4);
     V s4a = abs(dd.value(sums.running(s4)));
     V form4 = ir.add(s4a, ir.mul(a, ir.add(ir.mul(c(4), s3a), ir.mul(a, ir.add(ir.mul(c(6), s2v), ir.mul(c(3), ir.mul(a, s1a)))))));
     guards.test(ir.mul(c(formation), form4), spread4);
+    if (term > 0 && exact) {  // (9u (|m| sqrt(M2 M4) + M4) against half the tolerance of M2^2 / n: 4 spread4)
+        V m4 = abs(hm.m4);
+        guards.test(ir.mul(c(9.0 * term / 8.0), ir.add(ir.mul(a, ir.f(Prim::Sqrt, ir.mul(m2, m4))), m4)), spread4);
+    }
 }
 
 // A window's value at lag k inside a refold's per-lag part: re-read from the inputs (pointwise values) or
@@ -798,6 +924,7 @@ V Lowering::moments(const Node* node) {
         MomentGroup g{};
         const int shift_slot = ir_.new_state(std::numeric_limits<double>::quiet_NaN(), "shift " + what);
         V shift = sticky_shift(ir_, shift_slot, xv, in_finite);
+        const bool third = needs_third_.count(key) > 0, fourth = needs_fourth_.count(key) > 0;  // skew, kurt
         Sums sums(ir_, exact_, in_finite, out_finite);
         // Float64 terms x - shift round by u |x - shift|, which a level far from the shift makes large. Where a sum
         // or mean is read by another window, that would spoil the outer window's spread, and without var's sum of
@@ -844,11 +971,15 @@ V Lowering::moments(const Node* node) {
             m2n = sums.dd().centred(n_c, sums.running(s2), sums.running(s1), sums.running(s1));
             g.is_const = full ? constancy_full(ir_, xv, d, what) : constancy(ir_, xv, in_valid, ir_.row(), d, what);
         }
-        // skew, kurt: sums of cubes and fourth powers of the same shifted values (the squares rounded once, the
-        // same way entering and leaving, so a value leaves exactly what it brought).
-        const bool third = needs_third_.count(key) > 0, fourth = needs_fourth_.count(key) > 0;
+        // skew, kurt: sums of cubes and fourth powers of the same shifted values: exact_ terms in double-double sums
+        // (exact_powers); in plain ones the squares rounded once, the same way entering and leaving, so a value
+        // leaves exactly what it brought.
         int s3 = -1, s4 = -1;
-        if (third) {
+        if (third && exact_) {
+            const Powers pin = exact_powers(ir_, yin, fourth), pout = exact_powers(ir_, yout, fourth);
+            s3 = sums.add_dd("sum of cubes " + what, pin.cube, pout.cube);
+            if (fourth) s4 = sums.add_dd("sum of fourth powers " + what, pin.fourth, pout.fourth);
+        } else if (third) {
             V yin2 = ir_.mul(yin, yin), yout2 = ir_.mul(yout, yout);
             s3 = sums.add_product("sum of cubes " + what, yin2, yin, yout2, yout);
             if (fourth) s4 = sums.add_product("sum of fourth powers " + what, yin2, yin2, yout2, yout2);
@@ -868,7 +999,17 @@ V Lowering::moments(const Node* node) {
             guards.test_bound("sum", magnitude(ir_, sums.running(s1)), ir_.select(ir_.lt(mag, one), one, mag), k.per_row,
                               exact_terms ? 0.0 : k.term);
         }
-        if (third) higher_moment_guards(ir_, guards, sums, s2, s3, s4, n_c, s1v, m2n, e2, k.per_row, tolerance_);
+        HigherMoments hm;
+        if (third) {
+            const Dd none{-1, -1};
+            V inv_n = ir_.f(Prim::Recip, n_c);
+            hm = exact_ ? centred_higher_moments(ir_, sums.running(s1), sums.running(s2), sums.running(s3),
+                                                fourth ? sums.running(s4) : none, n_c, inv_n)
+                       : plain_higher_moments(ir_, s1v, sums.running(s2).hi, sums.running(s3).hi, fourth ? sums.running(s4).hi : -1,
+                                              inv_n);
+            higher_moment_guards(ir_, guards, sums, s2, s3, s4, n_c, g.finite, d, full, s1v, m2n, hm, e2, k.per_row, k.term,
+                                 tolerance_);
+        }
         // The refold: the window's finite values, shifted by this row's value where it is finite.
         // (The new shift is formed inside the refold: rows that do not refold do not pay for it.)
         // A window that answers without its newest row (min_periods < d) re-shifts by its latest finite value,
@@ -892,7 +1033,11 @@ V Lowering::moments(const Node* node) {
         const std::pair<int, int> f1{rf.sum(yk), exact_terms ? rf.sum(yk_lo) : -1};
         const std::pair<int, int> f2 = second ? rf.sum_product(yk, yk, exact_) : std::make_pair(-1, -1);
         std::pair<int, int> f3{-1, -1}, f4{-1, -1};
-        if (third) {
+        if (third && exact_) {
+            const Powers pk = exact_powers(lag, yk, fourth);
+            f3 = {rf.sum(pk.cube.hi), rf.sum(pk.cube.lo)};
+            if (fourth) f4 = {rf.sum(pk.fourth.hi), rf.sum(pk.fourth.lo)};
+        } else if (third) {
             V yk2 = lag.mul(yk, yk);
             f3 = rf.sum_product(yk2, yk, exact_);
             if (fourth) f4 = rf.sum_product(yk2, yk2, exact_);
@@ -905,24 +1050,31 @@ V Lowering::moments(const Node* node) {
         const int e_s1v = rf.export_value(edd.value(S1));
         const int e_shift = rf.export_value(new_shift(ep));
         std::pair<int, int> e_s2{-1, -1}, e_s3{-1, -1}, e_s4{-1, -1};
-        int e_m2n = -1;
+        int e_m2n = -1, e_m3 = -1, e_m4 = -1;
+        Dd S2{-1, -1};
         std::vector<V> fresh;  // each bound's size from the rebuilt sums, in the order of the bounds
         if (second) {
-            Dd S2 = rf.fold(f2, exact_);
+            S2 = rf.fold(f2, exact_);
             e_s2 = export_dd(S2);
             e_m2n = rf.export_value(edd.centred(full ? ep.constant(d) : rf.outer(ep, g.finite), S2, S1, S1));
             fresh.push_back(magnitude(ep, S2));
         }
         if (sum) fresh.push_back(magnitude(ep, S1));
         if (third) {
-            Dd S3 = rf.fold(f3, exact_);
+            Dd S3 = rf.fold(f3, exact_), S4{-1, -1};
             e_s3 = export_dd(S3);
             fresh.push_back(magnitude(ep, S3));
             if (fourth) {
-                Dd S4 = rf.fold(f4, exact_);
+                S4 = rf.fold(f4, exact_);
                 e_s4 = export_dd(S4);
                 fresh.push_back(magnitude(ep, S4));
             }
+            V n_ep = full ? ep.constant(d) : rf.outer(ep, g.finite);
+            V inv_n = ep.f(Prim::Recip, n_ep);
+            const HigherMoments rebuilt = exact_ ? centred_higher_moments(ep, S1, S2, S3, S4, n_ep, inv_n)
+                                                : plain_higher_moments(ep, S1.hi, S2.hi, S3.hi, S4.hi, inv_n);
+            e_m3 = rf.export_value(rebuilt.m3);
+            if (fourth) e_m4 = rf.export_value(rebuilt.m4);
         }
         guards.restart(rf, fresh);
         // Only windows that give a result are guarded: before a full window's d rows have entered, its centred
@@ -943,9 +1095,8 @@ V Lowering::moments(const Node* node) {
         g.exact_terms = exact_terms;
         if (exact_terms) g.s1 = finals[static_cast<std::size_t>(s1)];
         if (third) {
-            g.s2v = sums.dd().value(finals[static_cast<std::size_t>(s2)]);
-            g.s3v = sums.dd().value(finals[static_cast<std::size_t>(s3)]);
-            if (fourth) g.s4v = sums.dd().value(finals[static_cast<std::size_t>(s4)]);
+            g.m3 = final(e_m3, hm.m3);
+            if (fourth) g.m4 = final(e_m4, hm.m4);
         }
         it = moment_groups_.emplace(key, g).first;
     }
@@ -986,7 +1137,8 @@ V Lowering::moments(const Node* node) {
     }
     case Op::WSkew:
     case Op::WKurt: {
-        // pandas' rolling skew and kurt, from the centred sums M2, M3, M4 of the shifted values (mean a):
+        // pandas' rolling skew and kurt, from the centred sums M2, M3, M4 of the shifted values (M3 and M4 from
+        // centred_higher_moments):
         // skew = n sqrt(n - 1) / (n - 2) * M3 / M2^1.5,
         // kurt = ((n^2 - 1) n M4 / M2^2 - 3 (n - 1)^2) / ((n - 2)(n - 3)).
         // A constant window gives 0 and -3 exactly (pandas forces the same); M2 <= 0 otherwise (rounding) or
@@ -998,17 +1150,15 @@ V Lowering::moments(const Node* node) {
         V n = full ? ir_.constant(d) : g.finite;
         V one = ir_.constant(1), two = ir_.constant(2), three = ir_.constant(3);
         V inv_n = ir_.f(Prim::Recip, n);
-        V a = ir_.mul(g.s1v, inv_n);
         V m2 = ir_.mul(g.m2n, inv_n);
-        V m3 = ir_.sub(g.s3v, ir_.mul(a, ir_.sub(ir_.mul(three, g.s2v), ir_.mul(ir_.mul(two, a), g.s1v))));
+        V m3 = g.m3;
         V n1 = ir_.sub(n, one), n2 = ir_.sub(n, two);
         V r;
         if (skew) {
             V coef = ir_.div(ir_.mul(n, ir_.f(Prim::Sqrt, n1)), n2);
             r = ir_.div(ir_.mul(coef, m3), ir_.mul(m2, ir_.f(Prim::Sqrt, m2)));
         } else {
-            V inner = ir_.sub(ir_.mul(ir_.constant(6), g.s2v), ir_.mul(ir_.mul(three, a), g.s1v));
-            V m4 = ir_.sub(g.s4v, ir_.mul(a, ir_.sub(ir_.mul(ir_.constant(4), g.s3v), ir_.mul(a, inner))));
+            V m4 = g.m4;
             V k = ir_.sub(ir_.div(ir_.mul(ir_.mul(ir_.sub(ir_.mul(n, n), one), n), m4), ir_.mul(m2, m2)),
                           ir_.mul(three, ir_.mul(n1, n1)));
             r = ir_.div(k, ir_.mul(n2, ir_.sub(n, three)));

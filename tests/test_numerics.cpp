@@ -200,6 +200,38 @@ TEST_CASE_TEMPLATE_DEFINE("a small spread far from where the window state starte
 }
 TEST_CASE_TEMPLATE_APPLY(num_small_spread, fj::test::CpuTargets);
 
+TEST_CASE_TEMPLATE_DEFINE("skew and kurt of a trend hundreds of window spreads from the shift", T, num_trend_moments) {
+    // Inside one time tile a trend carries the windows' mean hundreds of their spreads away from the value the
+    // sums are shifted by (the tile's first): M3 and M4 then cancel from sums of values far from their mean, which
+    // neither float64 forming nor rounded squares afford (docs/numerics.md, skew and kurt). Levels of 100 (float64
+    // terms x - shift exact) and 1e4 (not), steps of 0.5 and 3 against noise of 1e-5 and 1e-4 of the level, NaNs,
+    // a constant stretch, one bad tick.
+    const std::int64_t rows = 1500, cols = 16;
+    fj::test::Inputs in = fj::test::make_inputs({"A"}, rows, cols, fj::test::clean(Flavour::Price), 131);
+    fj::test::Rng rng(132);
+    std::vector<double>& a = in["A"];
+    for (std::int64_t j = 0; j < cols; ++j) {
+        const double level = j % 2 ? 1e4 * (1.0 + 0.1 * static_cast<double>(j)) : 100.0 + static_cast<double>(j);
+        const double step = j % 4 < 2 ? 0.5 : 3.0, noise = level * (j % 8 < 4 ? 1e-5 : 1e-4);
+        for (std::int64_t t = 0; t < rows; ++t) {
+            const std::size_t i = static_cast<std::size_t>(t * cols + j);
+            a[i] = level + step * static_cast<double>(t) + noise * rng.normal();
+            if (j % 5 == 0 && t >= 600 && t < 640) a[i] = a[i - static_cast<std::size_t>(cols)];  // ties
+            if (j % 3 == 0 && t % 23 == 0) a[i] = std::numeric_limits<double>::quiet_NaN();
+        }
+    }
+    a[static_cast<std::size_t>(1000 * cols + 7)] = 1e8;
+    const Dataset ds{"trends far from the shift", in, rows, cols};
+    const NamedExprs prog = {
+        {"skew5", fj::skew(window(A, 5))},        {"kurt5", fj::kurt(window(A, 5))},
+        {"skew20", fj::skew(window(A, 20))},      {"kurt20_mp", fj::kurt(window(A, 20, 6))},
+        {"skew250", fj::skew(window(A, 250))},    {"kurt250", fj::kurt(window(A, 250))},
+    };
+    for (std::int64_t tile : {std::int64_t{0}, std::int64_t{400}, rows})
+        fj::test::check_against_reference(prog, ds, T::dtype, opts(T::options(), 0, tile, 0));
+}
+TEST_CASE_TEMPLATE_APPLY(num_trend_moments, fj::test::CpuTargets);
+
 TEST_CASE_TEMPLATE_DEFINE("corr of a panel with itself is 1 (exactly in float32)", T, num_corr_itself) {
     for (std::int64_t tile : {std::int64_t{0}, std::int64_t{37}})
         fj::test::check_judged(fj::test::corr_with_itself(T::dtype, 600, 50), opts(T::options(), 0, tile, 0));
