@@ -823,7 +823,7 @@ HigherMoments plain_higher_moments(IrBuilder& ir, V s1, V s2, V s3, V s4, V inv_
 //   sum |z_i|^3 <= sqrt(M2) M2, sum |z_i| <= sqrt(n M2), |M3| <= sqrt(M2 M4) and M2^2 <= n M4 (Cauchy-Schwarz):
 //   |dM3| <= 6u M2 (|m| + sqrt(M2)) and |dM4| <= 8u (|m| sqrt(M2 M4) + M4); tested with 7u and 9u (the second order).
 //   Where x and the shift lie within a factor of 2 (prices) the terms are exact (Sterbenz), but the bound does
-//   not know it; it stays below its share up to |m| / sd of about 600 (skew) and 150 (kurt, normal tails).
+//   not know it; it stays below its share up to |m| / sd of about 600 (skew) and 260 (kurt, normal tails).
 // The tests of M3 hold only where a window holds 3 finite values, of M4 where it holds 4 (below, no skew or kurt is
 // given; E keeps accumulating and is tested on the rows that give one). Sums that overflowed (float64 values beyond
 // about 1e102 for cubes, 1e77 for fourth powers) are inf while the value is inside the window and NaN once it has
