@@ -1598,8 +1598,33 @@ V Lowering::regression(const Node* node) {
         const int shift_slot = ir_.new_state(std::numeric_limits<double>::quiet_NaN(), "shift " + what);
         V shift = sticky_shift(ir_, shift_slot, xv, in_finite);
         Sums sums(ir_, exact_, in_finite, out_finite);
-        V yin = sums.in(ir_.sub(xv, shift)), yout = sums.out(ir_.sub(leave, shift));
+        // Float64 terms x - shift are kept exactly, as hi + lo (TwoSum), lo in the double-double sums' low parts: their
+        // rounding, u |y| a term, is absolute where slope and resid need an absolute error of min(1, sd y) times the
+        // tolerance, and a guard of it fired on every pass over volumes (y of some hundreds; docs/numerics.md).
+        V yin, yout, lo_in = -1, lo_out = -1;
+        if (exact_) {
+            const Dd tin = sums.dd().difference(xv, shift), tout = sums.dd().difference(leave, shift);
+            yin = sums.in(tin.hi);
+            lo_in = sums.in(tin.lo);
+            yout = sums.out(tout.hi);
+            lo_out = sums.out(tout.lo);
+            leaves_as_entered(ir_, lo_out, lo_in, d);
+        } else {
+            yin = sums.in(ir_.sub(xv, shift));
+            yout = sums.out(ir_.sub(leave, shift));
+        }
         leaves_as_entered(ir_, yout, yin, d);
+        // A term's square and its product with its position d, as hi + lo: the exact product of hi plus hi's (rounded)
+        // products with lo (u^2 y^2, the same instructions entering, leaving and in a refold).
+        auto square = [&](IrBuilder& b, V hi, V lo) {
+            V p = b.mul(hi, hi);
+            V e = b.f(Prim::Fma, hi, hi, b.f(Prim::Neg, p));
+            return Dd{p, b.f(Prim::Fma, b.mul(b.constant(2), hi), lo, e)};
+        };
+        auto times = [&](IrBuilder& b, V j, V hi, V lo) {
+            V p = b.mul(j, hi);
+            return Dd{p, b.f(Prim::Fma, j, lo, b.f(Prim::Fma, j, hi, b.f(Prim::Neg, p)))};
+        };
         g.n = Sums(ir_, false, in_valid, out_valid).count("n " + what);
         V one = ir_.constant(1), zero = ir_.constant(0), dc = ir_.constant(d);
         V fin_in = ir_.select(in_finite, one, zero), fin_out = ir_.select(out_finite, one, zero);
@@ -1615,9 +1640,11 @@ V Lowering::regression(const Node* node) {
         g.nf = nf;
         g.sj = sj;
         g.cjj = ir_.sub(ir_.mul(nf, sjj), ir_.mul(sj, sj));  // exact: below 2^53 for any d below 2^13
-        const int s1 = sums.add("sum " + what, yin, yout);
-        const int s2 = sums.add_product("sum of squares " + what, yin, yin, yout, yout);
-        const int sw = sums.add_dd("sum of positions times values " + what, sums.dd().product(dc, yin), sums.previous(s1));
+        const int s1 = exact_ ? sums.add_dd("sum " + what, {yin, lo_in}, {yout, lo_out}) : sums.add("sum " + what, yin, yout);
+        const int s2 = exact_ ? sums.add_dd("sum of squares " + what, square(ir_, yin, lo_in), square(ir_, yout, lo_out))
+                              : sums.add_product("sum of squares " + what, yin, yin, yout, yout);
+        const int sw = sums.add_dd("sum of positions times values " + what, exact_ ? times(ir_, dc, yin, lo_in) : sums.dd().product(dc, yin),
+                                   sums.previous(s1));
         g.is_const = constancy(ir_, xv, in_valid, ir_.row(), d, what);
         DdMath& dd = sums.dd();
         V cyy_run = dd.centred(nf, sums.running(s2), sums.running(s1), sums.running(s1));
@@ -1639,14 +1666,14 @@ V Lowering::regression(const Node* node) {
         // u sqrt(nf Cjj Syy) (Cauchy-Schwarz; Syy the sum of squares), and Sy by at most u sqrt(nf Syy): each of those
         // takes half of its limit (the first version's linear bounds, (|SW| + d |Sy|) and |Sy| times u, fired on most
         // clean passes: docs/numerics.md), the rounding bounds the other half.
-        const double share = k.term_squares > 0 ? 0.5 : 1.0;
+        const double share = k.term_squares > 0 && !exact_ ? 0.5 : 1.0;
         V syy = squares_magnitude(ir_, sums.running(s2));
         V lhs_jy = ir_.mul(ir_.constant(k.per_row / share), ir_.add(ir_.mul(nf, ew), ir_.mul(sj, e1)));
         V limit_jy = limit(ir_.mul(ir_.constant(0.5 / d), ir_.mul(g.cjj, unit)));
         guards.test(lhs_jy, limit_jy);
         V lhs_y = ir_.mul(ir_.constant(2.0 * k.per_row / share), e1);
         guards.test(lhs_y, limit(ir_.mul(ir_.constant(0.5), ir_.mul(nf, unit))));
-        if (k.term_squares > 0) {
+        if (k.term_squares > 0 && !exact_) {  // (float64 terms are exact: above)
             V unit2 = ir_.mul(unit, unit);
             guards.test(ir_.mul(ir_.constant(static_cast<double>(d) * d * k.term_squares), ir_.mul(nf, syy)),
                         limit(ir_.mul(g.cjj, unit2)));
@@ -1665,11 +1692,27 @@ V Lowering::regression(const Node* node) {
         IrBuilder& lag = rf.lag();
         V xk = at_refold_lag(lag, x, 0, memo);
         V ok = lag.land(lag.row_in_pass(0), is_finite(lag, xk));
-        V yk = lag.select(ok, lag.sub(xk, new_shift(lag)), lag.constant(0));
+        V yk, yk_lo = -1;
+        if (exact_) {
+            const Dd tk = DdMath{lag, true}.difference(xk, new_shift(lag));
+            yk = lag.select(ok, tk.hi, lag.constant(0));
+            yk_lo = lag.select(ok, tk.lo, lag.constant(0));
+        } else {
+            yk = lag.select(ok, lag.sub(xk, new_shift(lag)), lag.constant(0));
+        }
         V jk = lag.select(ok, lag.add(lag.sub(lag.ring_read(rows_ring, 0), rf.outer(lag, t)), lag.constant(d)), lag.constant(0));
         rf.refresh(yin, yk);
-        const int f1 = rf.sum(yk);
-        const std::pair<int, int> f2 = rf.sum_product(yk, yk, exact_), fw = rf.sum_product(jk, yk, exact_);
+        std::pair<int, int> f1{rf.sum(yk), -1}, f2, fw;
+        if (exact_) {
+            rf.refresh(lo_in, yk_lo);
+            f1.second = rf.sum(yk_lo);
+            const Dd qk = square(lag, yk, yk_lo), wk = times(lag, jk, yk, yk_lo);
+            f2 = {rf.sum(qk.hi), rf.sum(qk.lo)};
+            fw = {rf.sum(wk.hi), rf.sum(wk.lo)};
+        } else {
+            f2 = rf.sum_product(yk, yk, false);
+            fw = rf.sum_product(jk, yk, false);
+        }
         IrBuilder& ep = rf.epilogue();
         Dd S1 = rf.fold(f1, exact_), S2 = rf.fold(f2, exact_), SW = rf.fold(fw, exact_);
         auto export_dd = [&](Dd v) { return std::make_pair(rf.export_value(v.hi), v.lo < 0 ? -1 : rf.export_value(v.lo)); };

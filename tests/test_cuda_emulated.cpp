@@ -775,6 +775,10 @@ TEST_CASE("column scans raise repair flags rarely on clean data, and then agree 
         // round their cubes and fourth powers every row, and their guard fired on 173 of 432 (40 %).
         if (dtype == fj::DType::F64 || config.exact_sums) CHECK(moment_flagged * 100 <= 5 * moment_passes);
         else CHECK(moment_flagged * 100 <= 45 * moment_passes);
+        // The regressions: float64 terms kept exactly (0 of 432 when this bound was set; every pass over volumes
+        // before); float32's plain sums 182 of 432.
+        if (dtype == fj::DType::F64) CHECK(regression_flagged * 100 <= 5 * regression_passes);
+        else CHECK(regression_flagged * 100 <= 50 * regression_passes);
     }
 }
 

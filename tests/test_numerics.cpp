@@ -200,7 +200,7 @@ TEST_CASE_TEMPLATE_DEFINE("a small spread far from where the window state starte
 }
 TEST_CASE_TEMPLATE_APPLY(num_small_spread, fj::test::CpuTargets);
 
-TEST_CASE_TEMPLATE_DEFINE("skew and kurt of a trend hundreds of window spreads from the shift", T, num_trend_moments) {
+TEST_CASE_TEMPLATE_DEFINE("skew, kurt and the regressions of a trend hundreds of window spreads from the shift", T, num_trend_moments) {
     // Inside one time tile a trend carries the windows' mean hundreds of their spreads away from the value the
     // sums are shifted by (the tile's first): M3 and M4 then cancel from sums of values far from their mean, which
     // neither float64 forming nor rounded squares afford (docs/numerics.md, skew and kurt). Levels of 100 (float64
@@ -226,6 +226,9 @@ TEST_CASE_TEMPLATE_DEFINE("skew and kurt of a trend hundreds of window spreads f
         {"skew5", fj::skew(window(A, 5))},        {"kurt5", fj::kurt(window(A, 5))},
         {"skew20", fj::skew(window(A, 20))},      {"kurt20_mp", fj::kurt(window(A, 20, 6))},
         {"skew250", fj::skew(window(A, 250))},    {"kurt250", fj::kurt(window(A, 250))},
+        // (the regressions' float64 terms are kept exactly: docs/numerics.md)
+        {"slope5", fj::slope(window(A, 5))},      {"resid20", fj::resid(window(A, 20))},
+        {"rsquare250_mp", fj::rsquare(window(A, 250, 30))},
     };
     for (std::int64_t tile : {std::int64_t{0}, std::int64_t{400}, rows})
         fj::test::check_against_reference(prog, ds, T::dtype, opts(T::options(), 0, tile, 0));
