@@ -39,7 +39,10 @@ std::uint64_t Kernel::hash() const {
     f.pod(outputs.size());
     for (const auto& s : outputs) f.str(s);
     f.pod(states.size());
-    for (const auto& s : states) f.pod(s.init);
+    for (const auto& s : states) {
+        f.pod(s.init);
+        if (s.bound_rows) f.pod(s.bound_rows);  // (kernels without rounding bounds hash as before)
+    }
     f.pod(rings.size());
     for (const auto& r : rings) f.pod(r.size);
     f.pod(body.size());
@@ -73,7 +76,8 @@ std::string Kernel::dump() const {
     std::string out = fmt::format("kernel {}  halo {}  inputs [{}]  outputs [{}]\n", name, halo,
                                   fmt::join(inputs, ", "), fmt::join(outputs, ", "));
     for (std::size_t s = 0; s < states.size(); ++s)
-        out += fmt::format("  state s{} = {}    ; {}\n", s, states[s].init, states[s].what);
+        out += fmt::format("  state s{} = {}    ; {}{}\n", s, states[s].init, states[s].what,
+                           states[s].bound_rows ? fmt::format(" (sampled every {} rows)", states[s].bound_rows) : "");
     for (std::size_t r = 0; r < rings.size(); ++r)
         out += fmt::format("  ring r{}[{}]    ; {}\n", r, rings[r].size, rings[r].what);
     auto line = [&](const std::vector<Inst>& insts, std::size_t k, const char* indent, const char* lag_var) {

@@ -80,6 +80,13 @@ struct Inst {
 struct StateSlot {
     double init = 0;
     std::string what;  // for dumps: "n window(A,20)"
+    // > 0 for a rounding bound E (E := E + size or E + c * size: codegen/guard_form.hpp) whose size is, on every
+    // row, a window's sum of non-negative terms over at most bound_rows rows (a sum of squares): then bound_rows
+    // times the sizes of rows at most bound_rows apart (the first of them no later than the first row, the last
+    // no earlier than the last) is at least the sizes of all rows (each term is in a sampled window, and in at
+    // most bound_rows windows). A backend that tests a bound once over many rows may add only those (the CUDA
+    // column scan's repair flags: docs/numerics.md).
+    std::int32_t bound_rows = 0;
 };
 
 struct Ring {

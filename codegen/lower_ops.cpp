@@ -663,8 +663,10 @@ class Guards {
 public:
     Guards(IrBuilder& ir, std::string what) : ir_(ir), what_(std::move(what)) {}
     // E := E + factor * size (size: the sums' magnitude after this row's update); returns E's new value.
-    V bound(const std::string& of, V size, double factor = 1.0) {
+    // `window_rows` > 0: size is a sum of squares over a window of at most that many rows (ir::StateSlot::bound_rows).
+    V bound(const std::string& of, V size, double factor = 1.0, int window_rows = 0) {
         const int e = ir_.new_state(0, "rounding bound of " + of + " " + what_);
+        ir_.kernel().states[static_cast<std::size_t>(e)].bound_rows = window_rows;
         V en = factor == 1.0 ? ir_.add(ir_.load(e), size) : ir_.f(Prim::Fma, size, ir_.constant(factor), ir_.load(e));
         bounds_.push_back({e, en, factor});
         return en;
@@ -675,9 +677,9 @@ public:
         when_ = when_ < 0 ? t : ir_.lor(when_, t);
     }
     // A bound and its test: factor * E (plus term * size: the current window's rounded terms) against spread.
-    V test_bound(const std::string& of, V size, V spread, double factor, double term) {
+    V test_bound(const std::string& of, V size, V spread, double factor, double term, int window_rows = 0) {
         V k = ir_.constant(factor);  // (before E: the instruction order of the kernels before E was returned)
-        V e = bound(of, size);
+        V e = bound(of, size, 1.0, window_rows);
         V lhs = ir_.mul(e, k);
         test(term > 0 ? ir_.f(Prim::Fma, size, ir_.constant(term), lhs) : lhs, spread);
         return e;
@@ -1238,8 +1240,11 @@ V Lowering::pair_moments(const Node* node) {
         Guards guards(ir_, what);
         const double k2 = 3.0 * d * k.per_row;
         if (corr) {
-            guards.test_bound("x squares", squares_magnitude(ir_, sums.running(sxx)), vx, k2, d * k.term_squares);
-            guards.test_bound("y squares", squares_magnitude(ir_, sums.running(syy)), vy, k2, d * k.term_squares);
+            // (Plain float64 sums of squares: the CUDA column scan may sample their bounds. A double-double sum's
+            // magnitude |hi| + |lo| is not a sum of its window's terms once a large value has left.)
+            const int sampled = exact_ ? 0 : d;
+            guards.test_bound("x squares", squares_magnitude(ir_, sums.running(sxx)), vx, k2, d * k.term_squares, sampled);
+            guards.test_bound("y squares", squares_magnitude(ir_, sums.running(syy)), vy, k2, d * k.term_squares, sampled);
         } else {
             auto abs = [&](V v) { return ir_.f(Prim::Abs, v); };
             V sxa = magnitude(ir_, sums.running(sx)), sya = magnitude(ir_, sums.running(sy));

@@ -17,6 +17,7 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include "codegen/guard_form.hpp"
 #include "dsl/error.hpp"
 
 namespace fj::cpu {
@@ -78,7 +79,7 @@ public:
         guard_forms_.resize(k.refolds.size());
         for (const ir::Inst& in : k.body)
             if (in.op == Prim::Refold && !std::getenv("FJ_CPU_ROW_GUARDS"))  // (=1: every row's test, for measuring)
-                guard_forms_[static_cast<std::size_t>(in.slot)] = GuardAnalysis(k.body).form(in.a);
+                guard_forms_[static_cast<std::size_t>(in.slot)] = codegen::guard_form(k.body, in.a);
     }
 
     std::unique_ptr<llvm::Module> run() {
@@ -366,106 +367,11 @@ private:
     }
     // ---- the first run's guard tests -------------------------------------------------------------------
     // The first run only needs to know whether a guard fired on some row of the visit: the refolding rows test
-    // each row again. So where a refold's condition has the form lower_ops.cpp gives it (class Guards), `valid AND
-    // (b1 > l1 OR b2 > l2 ...)`, the visit tests each bound once: an upper bound B of b over the visit's valid rows
-    // against the smallest l of those rows (a row with b_r > l_r gives B >= b_r > l_r >= min l, so the visit fires
-    // wherever a row does). Per row and bound that is a masked min instead of a comparison and mask logic. B is
-    // formed from b's expression: a rounding bound E (E := E + size, or E + c * size, c >= 0, the state storing
-    // it wherever no refold ran) only grows in the first run, which runs no refold (its sizes are magnitudes:
-    // GuardConstants in lower_ops.cpp), so its last row's value stands for all rows; sums and products of
-    // non-negative parts take the bounds of their parts; anything else takes its largest value over the valid
-    // rows (a masked max a row). Conditions of other forms are tested on every row. NaN bounds and limits fire
-    // no row and no visit (ordered comparisons; the min and max keep their accumulator where either is NaN).
-    struct Upper {  // how B is formed from a value of the main body
-        enum Kind { Last, Largest, Add, Mul, Fma } kind;
-        std::int32_t value = -1;         // Last, Largest: the value
-        std::vector<std::int32_t> args;  // Add, Mul, Fma: indices into GuardForm::uppers
-    };
-    struct GuardForm {
-        std::int32_t valid = -1;  // -1: every row
-        std::vector<Upper> uppers;
-        std::vector<std::pair<std::int32_t, std::int32_t>> leaves;  // (B: index into uppers, limit: a value)
-    };
-    class GuardAnalysis {
-    public:
-        explicit GuardAnalysis(const std::vector<ir::Inst>& body) : body_(body) {}
-        std::optional<GuardForm> form(std::int32_t cond) {
-            const ir::Inst& c = at(cond);
-            if (leaves(cond)) return g_;
-            if (c.op == Prim::And) {
-                for (auto [test, valid] : {std::pair{c.a, c.b}, std::pair{c.b, c.a}}) {
-                    g_ = GuardForm{};
-                    if (leaves(test)) {
-                        g_.valid = valid;
-                        return g_;
-                    }
-                }
-            }
-            return std::nullopt;
-        }
-
-    private:
-        const ir::Inst& at(std::int32_t i) const { return body_[static_cast<std::size_t>(i)]; }
-        bool leaves(std::int32_t v) {
-            const ir::Inst& x = at(v);
-            if (x.op == Prim::CmpGT) {
-                g_.leaves.push_back({upper(x.a), x.b});
-                return true;
-            }
-            return x.op == Prim::Or && leaves(x.a) && leaves(x.b);
-        }
-        bool constant(std::int32_t v) const { return at(v).op == Prim::Const && at(v).imm >= 0; }
-        // E + size or E + c * size (c >= 0) of a state E that stores it wherever no refold ran: E's LoadState, or -1.
-        std::int32_t grows(std::int32_t v) const {
-            const ir::Inst& x = at(v);
-            std::int32_t state = -1;
-            if (x.op == Prim::Add) state = at(x.a).op == Prim::LoadState ? x.a : at(x.b).op == Prim::LoadState ? x.b : -1;
-            if (x.op == Prim::Fma && constant(x.b) && at(x.c).op == Prim::LoadState) state = x.c;
-            if (state < 0) return -1;
-            bool stored = false;
-            for (const ir::Inst& y : body_) {
-                if (y.op != Prim::StoreState || y.slot != at(state).slot) continue;
-                std::int32_t w = y.a;
-                while (at(w).op == Prim::RefoldValue) w = at(w).a;
-                if (w != v) return -1;
-                stored = true;
-            }
-            return stored ? state : -1;
-        }
-        bool nonnegative(std::int32_t v) const {
-            const ir::Inst& x = at(v);
-            switch (x.op) {
-            case Prim::Abs: return true;
-            case Prim::Const: return x.imm >= 0;
-            case Prim::Add: case Prim::Mul: return grows(v) >= 0 || (nonnegative(x.a) && nonnegative(x.b));
-            case Prim::Fma: return grows(v) >= 0 || (nonnegative(x.a) && nonnegative(x.b) && nonnegative(x.c));
-            default: return false;
-            }
-        }
-        std::int32_t add(Upper u) {
-            g_.uppers.push_back(std::move(u));
-            return static_cast<std::int32_t>(g_.uppers.size() - 1);
-        }
-        bool holds_bound(std::int32_t v) const {  // a rounding bound, or an Add, Mul or Fma of one
-            const ir::Inst& x = at(v);
-            if (grows(v) >= 0) return true;
-            if (x.op == Prim::Add || x.op == Prim::Mul) return holds_bound(x.a) || holds_bound(x.b);
-            return x.op == Prim::Fma && (holds_bound(x.a) || holds_bound(x.b) || holds_bound(x.c));
-        }
-        std::int32_t upper(std::int32_t v) {
-            const ir::Inst& x = at(v);
-            if (grows(v) >= 0 || x.op == Prim::Const) return add({Upper::Last, v, {}});
-            if (!holds_bound(v)) return add({Upper::Largest, v, {}});
-            // (monotone in each part: a product's factors not negative)
-            if (x.op == Prim::Add) return add({Upper::Add, -1, {upper(x.a), upper(x.b)}});
-            if (x.op == Prim::Mul && nonnegative(x.a) && nonnegative(x.b)) return add({Upper::Mul, -1, {upper(x.a), upper(x.b)}});
-            if (x.op == Prim::Fma && ((nonnegative(x.a) && nonnegative(x.b)) || constant(x.b)))
-                return add({Upper::Fma, -1, {upper(x.a), upper(x.b), upper(x.c)}});
-            return add({Upper::Largest, v, {}});
-        }
-        const std::vector<ir::Inst>& body_;
-        GuardForm g_;
-    };
+    // each row again. So where a refold's condition has the form codegen/guard_form.hpp describes, the visit tests
+    // each bound once (a masked min a row and limit, a masked max a row for bounds of no other form), against its
+    // upper bound over the visit's rows; conditions of other forms are tested on every row.
+    using Upper = codegen::GuardUpper;
+    using GuardForm = codegen::GuardForm;
 
     void begin_tests() {
         const double inf = std::numeric_limits<double>::infinity();

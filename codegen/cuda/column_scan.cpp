@@ -141,6 +141,7 @@ bool ColumnScanEmitter::raises_flags(const KernelFacts& f) {
 
 void ColumnScanEmitter::pass_end() {
     // One atomic per column and tile that needs its refolds (rare: docs/numerics.md), none elsewhere.
+    pass_flags_.test(src_, 2, k_);
     if (flags_) line(2, "if (fj_need) atomicOr(p.flags + tile * p.flag_words + (j >> 5), 1u << (j & 31));");
     line(1, "}}");
     line(0, "}}");
@@ -180,7 +181,10 @@ void ColumnScanEmitter::preset_scan(const RowMode& m) {
 
 void ColumnScanEmitter::kernel() {
     const int halo = std::max(0, k_.halo);
-    line(0, "extern \"C\" __global__ void {}(const fj_params_{} p) {{", name_, name_);
+    // A flagging kernel at 128 registers (512 threads an SM) spills a few bytes but measured faster than at the
+    // 142-158 NVRTC gives it otherwise (bench/RESULTS.md, seventeenth session); other column scans measured slower so.
+    if (flags_) line(0, "extern \"C\" __global__ void __launch_bounds__(512, 1) {}(const fj_params_{} p) {{", name_, name_);
+    else line(0, "extern \"C\" __global__ void {}(const fj_params_{} p) {{", name_, name_);
     line(1, "const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;");
     line(1, "if (j >= p.cols) return;");
     if (!p_.echo.empty()) {
@@ -209,6 +213,7 @@ void ColumnScanEmitter::kernel() {
     // The repair pass runs a tile of a column only where the main kernel raised its flag.
     if (o_.repair) line(2, "if (!((p.flags[tile * p.flag_words + (j >> 5)] >> (j & 31)) & 1u)) continue;");
     if (flags_) line(2, "bool fj_need = false;  // a row of this pass needs its refolds (the repair pass reruns it)");
+    pass_flags_.declare(src_, 2);
     for (std::size_t s = 0; s < k_.states.size(); ++s) {
         if (f_.int_state[s])
             line(2, "{} s{} = {};  // {}", f_.int32_state[s] ? "int" : "long long", s,
@@ -239,6 +244,7 @@ void ColumnScanEmitter::kernel() {
         m.guarded = guarded;
         m.presets = p_.preset;
         m.echo = echo;
+        if (pass_flags_.any()) m.pass_flags = &pass_flags_;
         return m;
     };
     // The pass's first rows run one at a time with every guard: loads before the panel's first row
@@ -291,6 +297,7 @@ void ColumnScanEmitter::kernel() {
                 step(4, u, before_out);
                 l2_prefetch_row(u, pf_inputs);
             }
+            pass_flags_.test(src_, 4, k_);
             advance(4, W);
             line(3, "}}");
         }
@@ -303,6 +310,7 @@ void ColumnScanEmitter::kernel() {
         else line(3, "for (; t + {} <= warm_end; t += {}) {{", G, G);
         loads(4, G, Rows::First, mode(true));
         for (int u = 0; u < G; ++u) step(4, u, mode(true));
+        pass_flags_.test(src_, 4, k_);
         advance(4, G);
         line(3, "}}");
         line(2, "}}");
@@ -327,6 +335,7 @@ void ColumnScanEmitter::kernel() {
              p_.echo.empty() ? std::string() : fmt::format(" || (t - row_begin) % {} != 0", p_.echo_period));
     loads(3, 1, Rows::First, mode(true));
     step(3, 0, mode(true));
+    pass_flags_.test(src_, 3, k_);
     advance(3, 1);
     line(2, "}}");
     if (one_loop) {  // (CudaEmitOptions::one_loop: the guarded loop took every row)
@@ -340,15 +349,20 @@ void ColumnScanEmitter::kernel() {
             line(2, "{}float sf{} = (float)s{};", f_.sticky_refold[st] >= 0 ? "" : "const ", st, st);
     if (!p_.echo.empty()) echo = EchoRows::Ring;
     if (U_ > 1) {
-        rolling_batches(mode(false));
+        // Whole batches: sampled rounding bounds add their sizes on each batch's last row (pass_flags.hpp).
+        pass_flags_.before_batches(src_, 2);
+        RowMode batches = mode(false);
+        batches.sample_u = U_ - 1;
+        rolling_batches(batches);
         if (!o_.strides.empty()) {
             // Kernels for big panels: the last whole batches too (loads first, then the rows), so that
             // short tiles do not leave up to 2U - 1 rows to the one-row loop. Not in the generic kernel,
             // whose cold compile time it would double.
             line(2, "#pragma unroll 1");
             line(2, "for (; t + {} <= row_end; t += {}) {{", U_, U_);
-            loads(3, U_, Rows::Inside, mode(false));
-            for (int u = 0; u < U_; ++u) step(3, u, mode(false));
+            loads(3, U_, Rows::Inside, batches);
+            for (int u = 0; u < U_; ++u) step(3, u, batches);
+            pass_flags_.test(src_, 3, k_);
             advance(3, U_);
             line(2, "}}");
         }
@@ -451,6 +465,7 @@ void ColumnScanEmitter::rolling_batches(const RowMode& m) {
     } else {
         rows(4, batch);
     }
+    if (m.sample_u >= 0) pass_flags_.test(src_, 4, k_);
     advance(4, U_);
     line(3, "}}");
     line(2, "}}");

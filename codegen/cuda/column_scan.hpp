@@ -60,7 +60,8 @@ public:
     ColumnScanEmitter(const KernelFacts& facts, const ColumnScanPlan& plan)
         : f_(facts), p_(plan), k_(facts.kernel), o_(facts.options), U_(plan.batch_rows),
           T_(facts.options.dtype == DType::F32 ? "float" : "double"), name_(cuda_kernel_name(facts.kernel)),
-          printer_(src_, facts, plan.echo), flags_(raises_flags(facts)) {}
+          printer_(src_, facts, plan.echo), flags_(raises_flags(facts)),
+          pass_flags_(flags_ ? plan_pass_flags(facts, plan.batch_rows) : PassFlags{}) {}
     std::string run();
 
 private:
@@ -105,6 +106,7 @@ private:
     Source src_;
     InstructionPrinter printer_;
     const bool flags_;
+    const PassFlags pass_flags_;  // the flags' tests once a pass, where their conditions allow
 };
 
 }  // namespace fj::codegen::detail

@@ -300,6 +300,10 @@ void InstructionPrinter::inst(int ind, int u, std::size_t i, const RowMode& m) {
     if (x.op == Prim::Refold) return refold(ind, u, i, m);
     if (x.op == Prim::Flag) {  // (ir::flag_refolds; rows past row_end in a pass's last batch raise none)
         if (m.window_scan) bad_ir(k_, i, "window scans raise no repair flags (select_kernel plans them from the kernel without)");
+        if (const PassFlags::Test* t = m.pass_flags ? m.pass_flags->test_of(i) : nullptr) {
+            m.pass_flags->row(out_, ind, *t, m.tail && u > 0 ? fmt::format("{} < row_end", row(u)) : std::string());
+            return;
+        }
         if (m.tail && u > 0) line(ind, "fj_need |= v{} && {} < row_end;", x.a, row(u));
         else line(ind, "fj_need |= v{};", x.a);
         return;
@@ -309,6 +313,11 @@ void InstructionPrinter::inst(int ind, int u, std::size_t i, const RowMode& m) {
         return def(fmt::format("v{} ? rv{} : {}", k_.body[static_cast<std::size_t>(f_.refold_at[static_cast<std::size_t>(x.slot)])].a,
                                i, main_value(x.a)));
     }
+    if (x.op == Prim::StoreState && m.sample_u >= 0 && m.pass_flags)
+        if (const PassFlags::Sampled* s = m.pass_flags->sampled_state(x.slot)) {
+            if (u == m.sample_u) line(ind, "s{} = fma({}, v{}, s{});  // sampled rounding bound", x.slot, lit(s->step), s->size, x.slot);
+            return;
+        }
     if (f_.int_value[i]) return int_inst(ind, u, i, m);
     if (x.op == Prim::StoreState && f_.int_state[x.slot]) {
         if (f_.counter_select[static_cast<std::size_t>(x.slot)] < 0) line(ind, "s{} = iv{};", x.slot, x.a);

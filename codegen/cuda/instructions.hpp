@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "codegen/cuda/kernel_facts.hpp"
+#include "codegen/cuda/pass_flags.hpp"
 #include "codegen/cuda/printing.hpp"
 #include "codegen/quiet_rows.hpp"
 
@@ -46,6 +47,10 @@ struct RowMode {
     EchoRows echo = EchoRows::None;
     const QuietRows* quiet = nullptr;  // a quiet batch's rows: the values known there
     const std::vector<bool>* live = nullptr;  // the instructions emitted for these rows (null: the facts' live)
+    // A flagging column scan's tests once a pass (pass_flags.hpp), and the batch row whose sizes its sampled
+    // rounding bounds add (-1: every row adds its own).
+    const PassFlags* pass_flags = nullptr;
+    int sample_u = -1;
 };
 
 class InstructionPrinter {

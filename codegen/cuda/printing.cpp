@@ -109,6 +109,18 @@ void print_header(Source& out, const KernelFacts& f, const HeaderParts& parts) {
         }
     }
     if (parts.window_scan) print_window_scan_macros(out);
+    if (parts.flags) {
+        // A float32 no larger than a double (codegen/cuda/pass_flags.hpp: the limits' running minimum); host
+        // compilers of the emulated tests (no __CUDACC__) get a plain stand-in.
+        out.line(0, "#ifndef FJ_F32_DOWN");
+        out.line(0, "#ifdef __CUDACC__");
+        out.line(0, "#define FJ_F32_DOWN(a) __double2float_rd(a)");
+        out.line(0, "#else");
+        out.line(0, "static inline float fj_f32_down(double a) {{ const float f = (float)a; return (double)f > a ? nextafterf(f, -INFINITY) : f; }}");
+        out.line(0, "#define FJ_F32_DOWN(a) fj_f32_down(a)");
+        out.line(0, "#endif");
+        out.line(0, "#endif");
+    }
     out.line(0, "struct fj_params_{} {{", name);
     for (std::size_t i = 0; i < k.inputs.size(); ++i) out.line(1, "const {}* in{};", T, i);
     for (std::size_t i = 0; i < k.inputs.size(); ++i) out.line(1, "long long in_ld{};", i);
