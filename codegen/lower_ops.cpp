@@ -1439,7 +1439,8 @@ V Lowering::arg_extreme(const Node* node, bool is_max) {
 // = (below + at_or_below + 1) / 2, a half-integer, exact; divided by n once, as the reference rounds it.
 // Rows before the pass are re-read where x is re-readable while n counts them missing: that only touches
 // warm-up rows (a tile's first d - 1), whose values no output sees.
-// TODO (docs/operators.md): long windows want an order-statistic structure (O(log d) a row); not built yet.
+// Windows of kColumnStepWindow rows or more are not lowered here: the planner makes them column steps (O(log d) a
+// row: runtime/cpu/column_ops.*, runtime/cuda/column_kernels.*), except where the CPU backend keeps them fused.
 V Lowering::ts_rank(const Node* node) {
     const Node* x = node->args[0];
     const int d = node->d;
@@ -1771,8 +1772,8 @@ V Lowering::regression(const Node* node) {
 // Then numpy's / pandas' linear interpolation: position q (n - 1), the values at its floor and the next, read by
 // a chain of selects (or, where only full windows answer, directly: the position is a constant). O(d) a row, with
 // d states: an order-statistic structure (O(log d)) needs state read at a computed index, which the kernel IR
-// does not have (every primitive's operands are fixed slots), so it is not built yet.
-// TODO (docs/operators.md): an indexed-state primitive, then a sub-linear structure for w >= 64 (and ts_rank).
+// does not have (every primitive's operands are fixed slots): long windows are column steps instead (ts_rank's
+// comment above).
 V Lowering::order_statistic(const Node* node) {
     const Node* x = node->args[0];
     const int d = node->d;
